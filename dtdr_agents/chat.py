@@ -14,11 +14,15 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Mapping, Sequence
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from dtdr_agents.errors import ChatModelError
+from dtdr_agents.retry import RetryPolicy, acall_with_retry, call_with_retry
 
 Message = tuple[str, str]
 """A chat message as `(role, content)`; roles "system", "human"/"user", "ai"/"assistant"."""
@@ -114,17 +118,46 @@ def invoke_text(model: ChatModel, messages: list[Message]) -> str:
     except ChatModelError:
         raise
     except Exception as exc:
-        raise ChatModelError(
-            f"the chat model ({type(model).__name__}) failed: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise _model_failed(model, exc) from exc
+    return message_text(result)
+
+
+def _model_failed(model: object, exc: Exception) -> ChatModelError:
+    return ChatModelError(
+        f"the chat model ({type(model).__name__}) failed: {type(exc).__name__}: {exc}"
+    )
+
+
+async def ainvoke_text(model: ChatModel, messages: list[Message]) -> str:
+    """Async `invoke_text`: the answer's text of a chat model, without blocking the loop.
+
+    Awaits `model.ainvoke(messages)` when the model has `ainvoke` (`OpenAIChat`, LangChain
+    chat models); otherwise runs `model.invoke(messages)` in a worker thread.
+
+    Raises:
+        ChatModelError: If the call fails (the original exception is chained) or its result
+            has no readable text.
+    """
+    try:
+        ainvoke = getattr(model, "ainvoke", None)
+        if callable(ainvoke):
+            result = await ainvoke(messages)
+        else:
+            result = await asyncio.to_thread(model.invoke, messages)
+    except ChatModelError:
+        raise
+    except Exception as exc:
+        raise _model_failed(model, exc) from exc
     return message_text(result)
 
 
 class OpenAIChat:
-    """A `ChatModel` over the `openai` client's chat-completions API.
+    """A `ChatModel` over the `openai` client's chat-completions API, sync and async.
 
     Works with OpenAI and any OpenAI-compatible server. The `openai` package is imported on
-    first use (install it with `pip install 'dtdr-agents[openai]'`).
+    first use (install it with `pip install 'dtdr-agents[openai]'`). Every request goes through
+    `dtdr_agents.retry` (exponential backoff with jitter on 429, 5xx, time-outs and connection
+    errors) with a per-request time-out; the clients it builds do not retry on their own.
 
     Args:
         model: The model name sent with every request.
@@ -134,10 +167,13 @@ class OpenAIChat:
             given (a local server), a placeholder key is sent.
         temperature: Sampling temperature (0 = greedy, as the DTDR paper decodes).
         max_tokens: Maximum tokens of the answer; None leaves it to the server.
-        timeout: Request timeout in seconds; None uses the client's default.
-        max_retries: Retries of failed requests by the client.
+        timeout: Per-request time-out in seconds (None: no bound).
+        max_retries: Retries of a transiently failed request.
         extra: Further keyword arguments for `chat.completions.create`.
         client: An existing `openai.OpenAI` client to use instead of building one.
+        async_client: An existing `openai.AsyncOpenAI` client for `ainvoke`/`acreate`; by
+            default one is built per event loop.
+        retry: Full retry settings; overrides `timeout` and `max_retries` when given.
     """
 
     def __init__(
@@ -148,10 +184,12 @@ class OpenAIChat:
         api_key: str | None = None,
         temperature: float | None = 0.0,
         max_tokens: int | None = None,
-        timeout: float | None = None,
+        timeout: float | None = 60.0,
         max_retries: int = 2,
         extra: Mapping[str, Any] | None = None,
         client: Any = None,
+        async_client: Any = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         if not isinstance(model, str) or not model:
             raise ValueError("model must be a non-empty model name")
@@ -163,38 +201,71 @@ class OpenAIChat:
         self.timeout = timeout
         self.max_retries = max_retries
         self.extra = dict(extra or {})
+        self.retry = retry
         self._client = client
+        self._async_client = async_client
+        self._async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.retry_policy  # validate now  # noqa: B018
 
     def __repr__(self) -> str:
         where = f", base_url={self.base_url!r}" if self.base_url else ""
         return f"OpenAIChat({self.model!r}{where})"
 
     @property
+    def retry_policy(self) -> RetryPolicy:
+        """The retry settings every request uses."""
+        if self.retry is not None:
+            return self.retry
+        return RetryPolicy(max_retries=self.max_retries, timeout=self.timeout)
+
+    def _client_kwargs(self) -> dict[str, Any]:
+        api_key = self.api_key
+        if api_key is None and self.base_url is not None and not os.environ.get("OPENAI_API_KEY"):
+            api_key = "not-needed"  # local OpenAI-compatible servers ignore the key
+        kwargs: dict[str, Any] = {"max_retries": 0}  # dtdr_agents.retry retries
+        if api_key is not None:
+            kwargs["api_key"] = api_key
+        if self.base_url is not None:
+            kwargs["base_url"] = self.base_url
+        timeout = self.retry_policy.timeout
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        return kwargs
+
+    @staticmethod
+    def _openai() -> Any:
+        try:
+            import openai
+        except ImportError as exc:
+            raise ImportError(
+                f"OpenAIChat needs the openai package: {OPENAI_INSTALL_HINT}"
+            ) from exc
+        return openai
+
+    @property
     def client(self) -> Any:
         """The `openai.OpenAI` client (built on first use)."""
         if self._client is None:
-            try:
-                import openai
-            except ImportError as exc:
-                raise ImportError(
-                    f"OpenAIChat needs the openai package: {OPENAI_INSTALL_HINT}"
-                ) from exc
-            api_key = self.api_key
-            if (
-                api_key is None
-                and self.base_url is not None
-                and not os.environ.get("OPENAI_API_KEY")
-            ):
-                api_key = "not-needed"  # local OpenAI-compatible servers ignore the key
-            kwargs: dict[str, Any] = {"max_retries": self.max_retries}
-            if api_key is not None:
-                kwargs["api_key"] = api_key
-            if self.base_url is not None:
-                kwargs["base_url"] = self.base_url
-            if self.timeout is not None:
-                kwargs["timeout"] = self.timeout
-            self._client = openai.OpenAI(**kwargs)
+            self._client = self._openai().OpenAI(**self._client_kwargs())
         return self._client
+
+    @property
+    def async_client(self) -> Any:
+        """The `openai.AsyncOpenAI` client of the running event loop (built on first use).
+
+        An async HTTP connection pool belongs to one event loop, so each loop gets its own
+        client (unless one was passed to the constructor).
+        """
+        if self._async_client is not None:
+            return self._async_client
+        loop = asyncio.get_running_loop()
+        client = self._async_clients.get(loop)
+        if client is None:
+            client = self._openai().AsyncOpenAI(**self._client_kwargs())
+            self._async_clients[loop] = client
+        return client
 
     @staticmethod
     def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
@@ -212,31 +283,116 @@ class OpenAIChat:
             out.append({"role": mapped, "content": str(content)})
         return out
 
-    def invoke(self, messages: list[Message], /) -> str:
-        """Send `messages` and return the answer's text.
+    def request_kwargs(
+        self, messages: Sequence[Mapping[str, Any]], **kwargs: Any
+    ) -> dict[str, Any]:
+        """Keyword arguments of `chat.completions.create` for OpenAI-format `messages`.
+
+        Adds the model, temperature, max_tokens, `extra` and the per-request time-out; `kwargs`
+        (e.g. `tools`, `tool_choice`) override them.
+        """
+        out: dict[str, Any] = {"model": self.model, "messages": list(messages), **self.extra}
+        if self.temperature is not None:
+            out["temperature"] = self.temperature
+        if self.max_tokens is not None:
+            out["max_tokens"] = self.max_tokens
+        timeout = self.retry_policy.timeout
+        if timeout is not None:
+            out["timeout"] = timeout
+        out.update(kwargs)
+        return out
+
+    def _failed(self, exc: Exception) -> ChatModelError:
+        return ChatModelError(
+            f"OpenAI chat request to {self.base_url or 'the default endpoint'} "
+            f"(model {self.model!r}) failed: {type(exc).__name__}: {exc}"
+        )
+
+    def create(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        sleep: Callable[[float], Any] = time.sleep,
+        **kwargs: Any,
+    ) -> Any:
+        """One chat completion (with retries) for OpenAI-format `messages`; the raw response.
+
+        Args:
+            messages: OpenAI chat messages (dicts; tool-call messages allowed).
+            sleep: Waits between retries (inject a recorder in tests).
+            **kwargs: Further arguments of `chat.completions.create` (`tools`, ...).
 
         Raises:
-            ChatModelError: If the request fails or the answer has no choices.
+            ChatModelError: If the request still fails after the retries (the last error is
+                chained as `__cause__`).
         """
-        payload = self.to_openai_messages(messages)
-        kwargs: dict[str, Any] = {"model": self.model, "messages": payload, **self.extra}
-        if self.temperature is not None:
-            kwargs["temperature"] = self.temperature
-        if self.max_tokens is not None:
-            kwargs["max_tokens"] = self.max_tokens
+        request = self.request_kwargs(messages, **kwargs)
         client = self.client
         try:
-            response = client.chat.completions.create(**kwargs)
+            return call_with_retry(
+                lambda: client.chat.completions.create(**request), self.retry_policy, sleep=sleep
+            )
         except Exception as exc:
-            raise ChatModelError(
-                f"OpenAI chat request to {self.base_url or 'the default endpoint'} "
-                f"(model {self.model!r}) failed: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise self._failed(exc) from exc
+
+    async def acreate(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        **kwargs: Any,
+    ) -> Any:
+        """Async `create`: one chat completion through `openai.AsyncOpenAI`, with retries.
+
+        Raises:
+            ChatModelError: If the request still fails after the retries.
+        """
+        request = self.request_kwargs(messages, **kwargs)
+        client = self.async_client
+        try:
+            return await acall_with_retry(
+                lambda: client.chat.completions.create(**request), self.retry_policy, sleep=sleep
+            )
+        except Exception as exc:
+            raise self._failed(exc) from exc
+
+    def _text(self, response: Any) -> str:
         choices = getattr(response, "choices", None)
         if not choices:
             raise ChatModelError(f"the chat model {self.model!r} returned no choices")
         content = getattr(choices[0].message, "content", None)
         return content if isinstance(content, str) else ""
 
+    def invoke(self, messages: list[Message], /) -> str:
+        """Send `messages` and return the answer's text.
 
-__all__ = ["ChatModel", "Message", "OpenAIChat", "invoke_text", "message_text"]
+        Raises:
+            ChatModelError: If the request fails or the answer has no choices.
+        """
+        return self._text(self.create(self.to_openai_messages(messages)))
+
+    async def ainvoke(self, messages: list[Message], /) -> str:
+        """Async `invoke`: send `messages` and return the answer's text.
+
+        Raises:
+            ChatModelError: If the request fails or the answer has no choices.
+        """
+        return self._text(await self.acreate(self.to_openai_messages(messages)))
+
+    async def aclose(self) -> None:
+        """Close the async client of the running event loop (if this object built one)."""
+        if self._async_client is not None:
+            return
+        client = self._async_clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.close()
+
+
+__all__ = [
+    "ChatModel",
+    "Message",
+    "OpenAIChat",
+    "ainvoke_text",
+    "invoke_text",
+    "message_text",
+]

@@ -14,15 +14,22 @@ Example:
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 Reply = Mapping[str, Any]
-"""A scripted reply: ``{"content": str | None, "tool_calls": [{"name", "arguments"}]}``."""
+"""A scripted reply: ``{"content": str | None, "tool_calls": [{"name", "arguments"}]}``.
+
+Optional keys for bad-server tests: ``"raw"`` (a string sent as the body instead of a
+completion, e.g. malformed JSON), ``"status"`` (HTTP status of that body, default 200),
+``"delay"`` (seconds to wait before answering).
+"""
 
 Responder = Callable[[dict[str, Any]], Reply]
 
@@ -90,16 +97,39 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(400, {"error": {"message": "body is not JSON"}})
             return
         with self.server.lock:
-            self.server.requests.append(body)
+            fault = self.server.faults.pop(0) if self.server.faults else None
+            (self.server.failed if fault else self.server.requests).append(body)
+        if fault is not None:
+            self._send_fault(fault)
+            return
         try:
             reply = self.server.responder(body)
         except Exception as exc:  # surface responder bugs as API errors
             self._send_json(500, {"error": {"message": f"{type(exc).__name__}: {exc}"}})
             return
-        if body.get("stream"):
+        if reply.get("delay"):
+            time.sleep(float(reply["delay"]))
+        if "raw" in reply:
+            data = str(reply["raw"]).encode("utf-8")
+            self.send_response(int(reply.get("status", 200)))
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        elif body.get("stream"):
             self._stream(body, reply)
         else:
             self._send_json(200, _completion(body, reply))
+
+    def _send_fault(self, fault: Fault) -> None:
+        data = json.dumps({"error": {"message": fault.message, "type": "injected"}}).encode()
+        self.send_response(fault.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in fault.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
 
     def _stream(self, body: Mapping[str, Any], reply: Reply) -> None:
         self.send_response(200)
@@ -114,6 +144,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
+@dataclass(frozen=True)
+class Fault:
+    """An injected error answer (see `OpenAIChatServer.inject`)."""
+
+    status: int = 500
+    message: str = "injected failure"
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -121,7 +160,14 @@ class _Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.responder = responder
         self.requests: list[dict[str, Any]] = []
+        self.failed: list[dict[str, Any]] = []
+        self.faults: list[Fault] = []
         self.lock = threading.Lock()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):  # a client that timed out and left
+            return
+        super().handle_error(request, client_address)
 
 
 def _tool_calls(reply: Reply) -> list[dict[str, Any]]:
@@ -223,7 +269,8 @@ class OpenAIChatServer:
         responder: Called with each request body; returns the reply to send.
 
     Attributes:
-        requests: Every request body received, in order.
+        requests: Every request body answered by the responder, in order.
+        failed: Request bodies answered by an injected fault (see `inject`), in order.
     """
 
     def __init__(self, responder: Responder) -> None:
@@ -237,6 +284,28 @@ class OpenAIChatServer:
         """Request bodies received so far."""
         with self._server.lock:
             return list(self._server.requests)
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        """Request bodies answered by an injected fault so far."""
+        with self._server.lock:
+            return list(self._server.failed)
+
+    def inject(
+        self,
+        status: int = 500,
+        *,
+        times: int = 1,
+        message: str = "injected failure",
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """Answer the next `times` requests with HTTP `status` (then the responder again).
+
+        A faulted request is recorded in `failed`, not in `requests`.
+        """
+        fault = Fault(status, message, dict(headers or {}))
+        with self._server.lock:
+            self._server.faults.extend([fault] * times)
 
     @property
     def base_url(self) -> str:
