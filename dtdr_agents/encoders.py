@@ -67,6 +67,30 @@ class FittableEncoder(Encoder, Protocol):
         ...
 
 
+@runtime_checkable
+class TokenLimited(Protocol):
+    """An encoder that reads at most `max_tokens` tokens of a text and ignores the rest."""
+
+    @property
+    def max_tokens(self) -> int:
+        """Tokens read per text (special tokens excluded)."""
+        ...
+
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        """Number of tokens of each text."""
+        ...
+
+    def truncate_tokens(self, text: str, n: int) -> str:
+        """The longest prefix of `text` holding at most `n` tokens."""
+        ...
+
+
+def token_limit(encoder: Encoder) -> TokenLimited | None:
+    """The encoder (unwrapped from a cache) if it truncates its inputs, else None."""
+    inner = encoder.inner if isinstance(encoder, CachedEncoder) else encoder
+    return inner if isinstance(inner, TokenLimited) else None
+
+
 def _normalise(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
@@ -169,6 +193,30 @@ class SentenceTransformerEncoder:
             show_progress_bar=False,
         )
         return np.ascontiguousarray(out, dtype=np.float32)
+
+    @property
+    def max_tokens(self) -> int:
+        """Tokens the model reads per text, special tokens excluded; it truncates the rest."""
+        model = self._model()
+        specials = len(model.tokenizer("")["input_ids"])
+        return max(1, int(model.max_seq_length) - specials)
+
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        """Number of tokens of each text, special tokens excluded."""
+        if not texts:
+            return []
+        ids = self._model().tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        return [len(row) for row in ids]
+
+    def truncate_tokens(self, text: str, n: int) -> str:
+        """The longest prefix of `text` that holds at most `n` tokens."""
+        if n <= 0:
+            return ""
+        enc = self._model().tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        offsets = enc["offset_mapping"]
+        if len(offsets) <= n:
+            return text
+        return text[: int(offsets[n - 1][1])]
 
     def __repr__(self) -> str:
         return f"SentenceTransformerEncoder({self.model!r})"

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from dtdr_agents.encoders import Encoder
+from dtdr_agents.encoders import Encoder, TokenLimited, token_limit
 from dtdr_agents.errors import ModelLoadError
 from dtdr_agents.retrievers.base import Scores, ToolRetriever, softmax
 from dtdr_agents.types import END_OF_PLAN, Demonstration, Toolset
@@ -19,10 +19,62 @@ from dtdr_agents.types import END_OF_PLAN, Demonstration, Toolset
 HistoryMode = Literal["text", "structured", "none"]
 
 
+def _recent(history: Sequence[str], length: int | None) -> list[str]:
+    return list(history if length is None else history[-length:] if length > 0 else [])
+
+
 def history_text(query: str, history: Sequence[str], length: int | None = None) -> str:
     """The string DTDR-L embeds at a step: the query, then the calls so far in order."""
-    calls = list(history if length is None else history[-length:] if length > 0 else [])
+    calls = _recent(history, length)
     return f"{query}\nCalls so far: {' -> '.join(calls)}" if calls else query
+
+
+TOKEN_MARGIN = 2
+"""Tokens kept free when fitting a text into the encoder's budget (tokenizer merges)."""
+
+
+def history_texts(
+    queries: Sequence[str],
+    histories: Sequence[Sequence[str]],
+    length: int | None = None,
+    limit: TokenLimited | None = None,
+) -> list[str]:
+    """`history_text` of each step, fitted into the encoder's token budget.
+
+    An encoder reads only its first `limit.max_tokens` tokens, so a long request would push
+    the calls (at the end of the text) out of what the model sees. When a text is too long,
+    the most recent calls are kept first (the oldest are dropped, the history taking at most
+    what the request leaves, and at least half the budget) and the request is cut at the
+    end to fill the rest. Texts that fit are unchanged.
+    """
+    texts = [history_text(q, h, length) for q, h in zip(queries, histories, strict=True)]
+    if limit is None:
+        return texts
+    budget = limit.max_tokens
+    over = [i for i, n in enumerate(limit.token_counts(texts)) if n > budget]
+    if not over:
+        return texts
+    budget = max(1, budget - TOKEN_MARGIN)
+    head, sep = limit.token_counts(["Calls so far:", "->"])
+    names = sorted({c for i in over for c in _recent(histories[i], length)})
+    name_tokens = dict(zip(names, limit.token_counts(names), strict=True))
+    unique = sorted({queries[i] for i in over})
+    query_tokens = dict(zip(unique, limit.token_counts(unique), strict=True))
+    for i in over:
+        calls = _recent(histories[i], length)
+        if not calls:
+            continue  # the request alone: the encoder's own truncation keeps its start
+        room = max(budget - query_tokens[queries[i]], budget // 2)
+        used, kept = head, list[str]()
+        for name in reversed(calls):
+            cost = name_tokens[name] + (sep if kept else 0)
+            if kept and used + cost > room:
+                break
+            kept.append(name)
+            used += cost
+        query = limit.truncate_tokens(queries[i], budget - used)
+        texts[i] = f"{query}\nCalls so far: {' -> '.join(reversed(kept))}"
+    return texts
 
 
 def init_linear(n_in: int, n_out: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -191,10 +243,9 @@ class DTDRL(ToolRetriever):
     def _features(self, queries: Sequence[str], histories: Sequence[Sequence[str]]) -> np.ndarray:
         assert self.encoder_ is not None
         if self.history == "text":
-            texts = [
-                history_text(q, h, self.history_length)
-                for q, h in zip(queries, histories, strict=True)
-            ]
+            texts = history_texts(
+                queries, histories, self.history_length, token_limit(self.encoder_)
+            )
             return self.encoder_.encode(texts)
         qvecs = self.encoder_.encode(list(queries))
         if self.history == "none":
