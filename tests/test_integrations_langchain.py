@@ -25,6 +25,7 @@ from dtdr_agents.errors import InvalidToolError, NotFittedError, UnknownToolErro
 from dtdr_agents.prompting import CharApproxCounter
 from dtdr_agents.recording import DemonstrationRecorder
 from dtdr_agents.retrievers import make_retriever
+from dtdr_agents.runtime import BindingPolicy, StepRecord
 from dtdr_agents.selection import SelectionPolicy, select
 from dtdr_agents.types import END_OF_PLAN, Toolset
 from langchain_dtdr import (
@@ -218,7 +219,12 @@ def test_current_turn() -> None:
 
 # ---------------------------------------------------------------------------- selector
 def test_selector_steps(demo: DemoSetup, tools: list[BaseTool]) -> None:
-    selector = ToolSelector(tools, demo.retriever, k=K, token_counter=CharApproxCounter())
+    selector = ToolSelector(
+        tools,
+        demo.retriever,
+        policy=SelectionPolicy(k=K, threshold=0.0),
+        token_counter=CharApproxCounter(),
+    )
     request = demo.test[0]
     step = selector.select(request.query, request.calls[:3])
     assert step.bound == ("create_zoom_meeting",)  # zero-probability tools are dropped
@@ -234,7 +240,14 @@ def test_selector_steps(demo: DemoSetup, tools: list[BaseTool]) -> None:
     wide = selector.widen(step, "test")
     assert wide is not None and wide.widened and len(wide.bound) == 2 * K
     assert wide.to_record()["widen_reason"] == "test"
-    assert selector.tools_for(["web_search", "get_weather"])[0].name == "get_weather"
+    assert [t.name for t in selector.tools_for(["web_search", "get_weather"])] == [
+        "web_search",
+        "get_weather",
+    ]  # in the order given (the step's bound order)
+    assert StepRecord.from_record(record).to_record() == record  # typed round trip
+    assert StepRecord.from_record(wide.to_record()).to_record() == wide.to_record()
+    with pytest.raises(ValueError, match="lacks the key 'bound'"):
+        StepRecord.from_record({k: v for k, v in record.items() if k != "bound"})
     with pytest.raises(UnknownToolError):
         selector.tools_for(["teleport"])
 
@@ -245,7 +258,9 @@ def test_selector_rejects_bad_input(demo: DemoSetup, tools: list[BaseTool]) -> N
     with pytest.raises(CatalogueMismatchError, match="fitted on another tool catalogue"):
         ToolSelector(tools[:5], demo.retriever)
     with pytest.raises(ValueError, match="widen_k"):
-        ToolSelector(tools, demo.retriever, k=4, widen_k=2)
+        ToolSelector(
+            tools, demo.retriever, policy=SelectionPolicy(k=4), binding=BindingPolicy(widen_k=2)
+        )
     selector = ToolSelector(tools, demo.retriever)
     with pytest.raises(UnknownToolError, match="teleport"):
         selector.select(QUERY, ["teleport"])
@@ -314,7 +329,7 @@ def test_middleware_widens_then_rejects(demo: DemoSetup, tools: list[BaseTool]) 
     model = ScriptedChatModel(
         responses=[call_tool("web_search"), call_tool("web_search"), "giving up"]
     )
-    middleware = DTDRMiddleware(demo.retriever, k=K, widen_on_answer=False)
+    middleware = DTDRMiddleware(demo.retriever, k=K, binding=BindingPolicy(widen_on_answer=False))
     agent = create_agent(model, tools, middleware=[middleware])
     state = agent.invoke({"messages": [("user", request.query)]})
     assert model.bound_tools[0] == first
@@ -322,7 +337,9 @@ def test_middleware_widens_then_rejects(demo: DemoSetup, tools: list[BaseTool]) 
     rejected = next(m for m in state["messages"] if isinstance(m, ToolMessage))
     assert rejected.status == "error" and "not available at this step" in str(rejected.content)
 
-    raising = DTDRMiddleware(demo.retriever, k=K, widen_on_answer=False, on_unbound="raise")
+    raising = DTDRMiddleware(
+        demo.retriever, k=K, binding=BindingPolicy(widen_on_answer=False, on_unbound="raise")
+    )
     model = ScriptedChatModel(responses=[call_tool("web_search"), call_tool("web_search")])
     with pytest.raises(UnboundToolCallError):
         create_agent(model, tools, middleware=[raising]).invoke(
@@ -359,7 +376,7 @@ def test_middleware_catalogue_checks(demo: DemoSetup, tools: list[BaseTool]) -> 
     with pytest.raises(CatalogueMismatchError):  # found at the first call
         agent.invoke({"messages": [("user", QUERY)]})
     with pytest.raises(ValueError, match="on_unbound"):
-        DTDRMiddleware(demo.retriever, on_unbound="skip")  # type: ignore[arg-type]
+        DTDRMiddleware(demo.retriever, binding=BindingPolicy(on_unbound="skip"))  # type: ignore[arg-type]
 
 
 def test_middleware_recorder_callback(

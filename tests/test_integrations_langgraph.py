@@ -28,6 +28,7 @@ from dtdr_agents.errors import InvalidToolError, NotFittedError, UnknownToolErro
 from dtdr_agents.recording import DemonstrationRecorder
 from dtdr_agents.retrievers import make_retriever, retriever_ids
 from dtdr_agents.retrievers.base import ToolRetriever
+from dtdr_agents.runtime import BindingPolicy
 from dtdr_agents.selection import SelectionPolicy, select
 from dtdr_agents.types import Demonstration, Toolset
 from langchain_dtdr import (
@@ -47,6 +48,7 @@ from langchain_dtdr.testing import (
 from langgraph_dtdr import DTDRAgentState, create_dtdr_agent
 
 K = 3
+NO_ANSWER_RETRY = BindingPolicy(widen_on_answer=False)
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +156,10 @@ def test_always_include(demo: DemoSetup, tools: list[BaseTool]) -> None:
     request = demo.test[1]
     model = follower(demo)
     graph = create_dtdr_agent(
-        model, tools, demo.retriever, k=2, always_include=["web_search", "get_weather"]
+        model,
+        tools,
+        demo.retriever,
+        policy=SelectionPolicy(k=2, threshold=0.0, always_include=("web_search", "get_weather")),
     ).compile()
     state = run(graph, request.query)
     for call, history in zip(model.calls, histories(model), strict=True):
@@ -176,7 +181,7 @@ def test_threshold_none_keeps_k(demo: DemoSetup, tools: list[BaseTool]) -> None:
     request = demo.test[2]
     model = follower(demo)
     run(
-        create_dtdr_agent(model, tools, demo.retriever, k=4, threshold=None).compile(),
+        create_dtdr_agent(model, tools, demo.retriever, policy=SelectionPolicy(k=4)).compile(),
         request.query,
     )
     assert all(len(b) == 4 for b in model.bound_tools)
@@ -190,7 +195,7 @@ def test_unbound_call_is_reselected_wider_once(demo: DemoSetup, tools: list[Base
     model = ScriptedChatModel(
         responses=[call_tool(stray), call_tool("get_email_address", {"name": "Ines"}), "ok"]
     )
-    graph = create_dtdr_agent(model, tools, demo.retriever, k=K, widen_on_answer=False)
+    graph = create_dtdr_agent(model, tools, demo.retriever, k=K, binding=NO_ANSWER_RETRY)
     state = run(graph.compile(), request.query)
     assert model.bound_tools[0] == first
     wide = expected_bound(demo.retriever, demo.tools, request.query, (), k=2 * K, threshold=None)
@@ -214,8 +219,7 @@ def test_giving_up_on_an_unbound_call(demo: DemoSetup, tools: list[BaseTool], po
         tools,
         demo.retriever,
         k=K,
-        widen_on_answer=False,
-        on_unbound=policy,  # type: ignore[arg-type]
+        binding=BindingPolicy(widen_on_answer=False, on_unbound=policy),  # type: ignore[arg-type]
     ).compile()
     if policy == "raise":
         with pytest.raises(UnboundToolCallError, match="web_search"):
@@ -368,7 +372,9 @@ def test_a_model_that_insists_on_an_unbound_tool_is_stopped(
     demo: DemoSetup, tools: list[BaseTool]
 ) -> None:
     stubborn = ScriptedChatModel(responder=lambda messages, bound: call_tool("web_search"))
-    graph = create_dtdr_agent(stubborn, tools, demo.retriever, k=K, max_rejections=2).compile()
+    graph = create_dtdr_agent(
+        stubborn, tools, demo.retriever, k=K, binding=BindingPolicy(max_rejections=2)
+    ).compile()
     with pytest.raises(UnboundToolCallError, match="after 2 such calls were rejected"):
         run(graph, demo.test[0].query)
     assert len(stubborn.calls) <= 8  # bounded: 3 steps of (reply + one wider retry)
@@ -402,13 +408,27 @@ def test_other_bad_arguments_fail_at_build(demo: DemoSetup, tools: list[BaseTool
     with pytest.raises(NotFittedError):
         create_dtdr_agent(follower(demo), tools, make_retriever("dtdr-c"))
     with pytest.raises(UnknownToolError, match="always_include"):
-        create_dtdr_agent(follower(demo), tools, demo.retriever, always_include=["teleport"])
+        create_dtdr_agent(
+            follower(demo),
+            tools,
+            demo.retriever,
+            policy=SelectionPolicy(always_include=("teleport",)),
+        )
     with pytest.raises(TypeError, match="does not implement bind_tools"):
         create_dtdr_agent(GenericFakeChatModel(messages=iter([])), tools, demo.retriever)
     with pytest.raises(ValueError, match="unknown mask mode"):
         create_dtdr_agent(follower(demo), tools, demo.retriever, mode="medium")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="on_unbound"):
-        create_dtdr_agent(follower(demo), tools, demo.retriever, on_unbound="ignore")  # type: ignore[arg-type]
+        create_dtdr_agent(
+            follower(demo),
+            tools,
+            demo.retriever,
+            binding=BindingPolicy(on_unbound="ignore"),  # type: ignore[arg-type]
+        )
+    with pytest.raises(ValueError, match=r"contradicts policy\.k"):
+        create_dtdr_agent(follower(demo), tools, demo.retriever, k=3, policy=SelectionPolicy(k=2))
+    with pytest.raises(ValueError, match="cache must be one of"):
+        create_dtdr_agent(follower(demo), tools, demo.retriever, cache="sometimes")
     with pytest.raises(ValueError, match=r"SelectionPolicy\.k"):
         create_dtdr_agent(follower(demo), tools, demo.retriever, k=0)
     with pytest.raises(TypeError, match=r"tools\[0\] must be a LangChain tool"):
@@ -433,7 +453,11 @@ def test_history_naming_a_missing_tool_fails_at_first_call(
         graph.invoke({"messages": messages})
     model = ScriptedChatModel(responses=["answered"])
     lenient = create_dtdr_agent(
-        model, tools, demo.retriever, k=K, ignore_unknown_history=True, widen_on_answer=False
+        model,
+        tools,
+        demo.retriever,
+        k=K,
+        binding=BindingPolicy(ignore_unknown_history=True, widen_on_answer=False),
     )
     state = lenient.compile().invoke({"messages": messages})
     assert state["tool_selections"][0]["history"] == []
@@ -532,7 +556,7 @@ def test_recorder_skips_failed_turns(
     model = ScriptedChatModel(responses=[call_tool("web_search"), call_tool("web_search"), "ok"])
     recorder = DemonstrationRecorder(tmp_path / "runs.jsonl")
     graph = create_dtdr_agent(
-        model, tools, demo.retriever, widen_on_answer=False, recorder=recorder
+        model, tools, demo.retriever, binding=NO_ANSWER_RETRY, recorder=recorder
     ).compile()
     run(graph, request.query)  # the unbound call is rejected with an error message
     assert len(recorder) == 0 and not (tmp_path / "runs.jsonl").exists()

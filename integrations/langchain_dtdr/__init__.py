@@ -2,8 +2,9 @@
 
 * `DTDRRetriever`: a `BaseRetriever` over any fitted core retriever; ``invoke(query, k=...,
   history=[...])`` returns one `Document` per tool.
-* `ToolSelector` / `ToolStep`: the per-step selection shared by the LangGraph nodes and the
-  middleware (bound tools in catalogue order, prompt text, a JSON record of why).
+* `ToolSelector`: the LangChain side of the integration runtime (`dtdr_agents.runtime`):
+  per-step selection shared by the LangGraph nodes and the middleware. Options come as one
+  `SelectionPolicy` and one `BindingPolicy`; each step is a typed `StepRecord` (`ToolStep`).
 * `DTDRMiddleware`: middleware for ``langchain.agents.create_agent`` (needs the ``langchain``
   package; imported lazily).
 * `DTDRRecorderCallback` / `record_turn`: append demonstrations from real runs to a JSONL file.
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from dtdr_agents.runtime import BindingPolicy, StepRecord, run_report
+from dtdr_agents.selection import SelectionPolicy
 from langchain_dtdr.messages import NoRequestError, Turn, current_turn, is_final_answer
 from langchain_dtdr.recording import DTDRRecorderCallback, record_turn
 from langchain_dtdr.retrievers import DTDRRetriever
@@ -31,12 +34,15 @@ if TYPE_CHECKING:
     from langchain_dtdr.middleware import DTDRMiddleware, DTDRMiddlewareState
 
 __all__ = [
+    "BindingPolicy",
     "CatalogueMismatchError",
     "DTDRMiddleware",
     "DTDRMiddlewareState",
     "DTDRRecorderCallback",
     "DTDRRetriever",
     "NoRequestError",
+    "SelectionPolicy",
+    "StepRecord",
     "ToolSelector",
     "ToolStep",
     "Turn",
@@ -46,6 +52,7 @@ __all__ = [
     "merge_selection_records",
     "record_metadata",
     "record_turn",
+    "run_report",
     "unbound_tool_message",
 ]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Annotated, Any, Literal, NotRequired
+from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware import (
     AgentMiddleware,
@@ -35,25 +35,27 @@ from langchain_core.tools import BaseTool
 from langgraph.types import Command
 
 from dtdr_agents.prompting import MaskMode, TokenCounter
+from dtdr_agents.runtime import (
+    UNSET,
+    BindingPolicy,
+    OnUnbound,
+    StepRecord,
+    Unset,
+    merge_selection_records,
+    resolve_policies,
+    unwrap_retriever,
+)
+from dtdr_agents.selection import SelectionPolicy
 from langchain_dtdr.messages import current_turn
 from langchain_dtdr.selector import (
     ToolLike,
     ToolSelector,
-    ToolStep,
-    UnboundToolCallError,
-    check_rejections,
-    merge_selection_records,
-    response_message,
+    count_rejections,
+    reply_of,
     unbound_tool_message,
-    unwrap_retriever,
 )
 
 __all__ = ["DTDRMiddleware", "DTDRMiddlewareState", "OnUnbound"]
-
-OnUnbound = Literal["reject", "allow", "raise"]
-"""What happens to a call of a tool that was not bound, after the one wider re-selection:
-``"reject"`` answers it with an error tool message (the model can correct itself),
-``"allow"`` runs it, ``"raise"`` raises `UnboundToolCallError`."""
 
 
 class DTDRMiddlewareState(AgentState[Any]):
@@ -78,11 +80,9 @@ def _tool_name(tool: Any) -> str | None:
     return None
 
 
-def check_on_unbound(value: str) -> OnUnbound:
-    """Validate an `on_unbound` option."""
-    if value not in ("reject", "allow", "raise"):
-        raise ValueError(f"on_unbound must be 'reject', 'allow' or 'raise', got {value!r}")
-    return value  # type: ignore[return-value]
+def _last_step(state: Any) -> StepRecord | None:
+    records = state.get("tool_selections") if isinstance(state, Mapping) else None
+    return StepRecord.from_record(records[-1]) if records else None
 
 
 class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
@@ -92,26 +92,17 @@ class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
         retriever: A fitted core retriever (any `make_retriever` id) or a `DTDRRetriever`.
         tools: The agent's tools, to validate the catalogue when the middleware is built;
             otherwise it is checked at the first model call.
-        k: Bind at most this many retrieved tools.
-        threshold: Keep only tools with a probability above this (0.0 drops the tools the
-            retriever gives no probability; None disables).
-        coverage: Keep the smallest prefix whose cumulative probability reaches this.
-        min_k: Never bind fewer than this many retrieved tools.
-        always_include: Tool names bound at every call.
-        respect_fallback: Bind every tool when the query looks out of distribution.
-        mode: ``"hard"``, ``"hard_weighted"``, ``"soft"`` or ``"soft_weighted"``.
-        widen_k: `k` of the one re-selection (default ``2 * k``).
-        widen_on_unbound: Re-select wider when the model calls a tool that was not bound.
-        widen_on_answer: Re-select wider when the model answers while the retriever expects
-            more calls.
-        ignore_unknown_history: Drop history names that are not among the tools.
-        on_unbound: ``"reject"``, ``"allow"`` or ``"raise"`` (see `OnUnbound`).
-        max_rejections: With ``"reject"``, raise `UnboundToolCallError` once this many calls
-            of unbound tools were rejected in a turn (bounds a model that keeps insisting).
+        k: Shorthand for ``policy.k`` (default 5).
+        policy: The `SelectionPolicy` (default `dtdr_agents.runtime.DEFAULT_POLICY`).
+        binding: The `BindingPolicy`: mask mode, cache-stable binding, the one wider
+            re-selection, calls of unbound tools.
+        mode: Shorthand for ``binding.mode``.
+        cache: Shorthand for ``binding.cache`` (``"append"``: the bound list only grows
+            within a turn, so prompt caches keep their prefix).
         token_counter: Token counter for the prompt figures.
 
     Tools given to the request as provider-native dicts without a name (e.g. a provider's
-    built-in search tool) are always passed through.
+    built-in search tool) are always passed through, first.
     """
 
     state_schema = DTDRMiddlewareState
@@ -121,39 +112,17 @@ class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
         retriever: Any,
         *,
         tools: Sequence[ToolLike] | None = None,
-        k: int | None = 5,
-        threshold: float | None = 0.0,
-        coverage: float | None = None,
-        min_k: int = 1,
-        always_include: Sequence[str] = (),
-        respect_fallback: bool = True,
-        mode: MaskMode = "hard",
-        widen_k: int | None = None,
-        widen_on_unbound: bool = True,
-        widen_on_answer: bool = True,
-        ignore_unknown_history: bool = False,
-        on_unbound: OnUnbound = "reject",
-        max_rejections: int = 3,
+        k: int | Unset | None = UNSET,
+        policy: SelectionPolicy | None = None,
+        binding: BindingPolicy | None = None,
+        mode: MaskMode | None = None,
+        cache: str | None = None,
         token_counter: TokenCounter | None = None,
     ) -> None:
         super().__init__()
         self.retriever = unwrap_retriever(retriever)
-        self.on_unbound = check_on_unbound(on_unbound)
-        self.max_rejections = max_rejections
-        self._options: dict[str, Any] = {
-            "k": k,
-            "threshold": threshold,
-            "coverage": coverage,
-            "min_k": min_k,
-            "always_include": tuple(always_include),
-            "respect_fallback": respect_fallback,
-            "mode": mode,
-            "widen_k": widen_k,
-            "widen_on_unbound": widen_on_unbound,
-            "widen_on_answer": widen_on_answer,
-            "ignore_unknown_history": ignore_unknown_history,
-            "token_counter": token_counter,
-        }
+        self.policy, self.binding = resolve_policies(policy, binding, k=k, mode=mode, cache=cache)
+        self.token_counter = token_counter
         self._selector: ToolSelector | None = None
         self._selector_key: tuple[str, ...] = ()
         self._lock = threading.Lock()
@@ -171,29 +140,26 @@ class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
         key = tuple(str(_tool_name(t)) for t in named)
         with self._lock:
             if self._selector is None or key != self._selector_key:
-                self._selector = ToolSelector(named, self.retriever, **self._options)
+                self._selector = ToolSelector(
+                    named,
+                    self.retriever,
+                    policy=self.policy,
+                    binding=self.binding,
+                    token_counter=self.token_counter,
+                )
                 self._selector_key = key
             return self._selector
 
-    def _plan(self, request: ModelRequest[Any]) -> tuple[ToolSelector, ToolStep] | None:
-        if not request.tools:
-            return None
+    def _start(self, request: ModelRequest[Any]) -> tuple[ToolSelector, str, tuple[str, ...]]:
         selector = self._selector_for(request.tools)
         turn = current_turn(request.messages)
-        return selector, selector.select(turn.request, turn.history)
-
-    async def _aplan(self, request: ModelRequest[Any]) -> tuple[ToolSelector, ToolStep] | None:
-        if not request.tools:
-            return None
-        selector = self._selector_for(request.tools)
-        turn = current_turn(request.messages)
-        return selector, await selector.aselect(turn.request, turn.history)
+        return selector, turn.request, turn.history
 
     @staticmethod
-    def _apply(request: ModelRequest[Any], step: ToolStep) -> ModelRequest[Any]:
-        bound = set(step.bound)
-        tools = [t for t in request.tools if (n := _tool_name(t)) is None or n in bound]
-        overrides: dict[str, Any] = {"tools": tools}
+    def _apply(request: ModelRequest[Any], step: StepRecord) -> ModelRequest[Any]:
+        by_name = {n: t for t in request.tools if (n := _tool_name(t)) is not None}
+        builtins = [t for t in request.tools if _tool_name(t) is None]
+        overrides: dict[str, Any] = {"tools": [*builtins, *(by_name[n] for n in step.bound)]}
         if step.system_text:
             merged = ToolSelector.prepare_messages(
                 [request.system_message] if request.system_message else [], step.system_text
@@ -212,18 +178,10 @@ class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
         selector: ToolSelector,
         request: ModelRequest[Any],
         response: ModelResponse[Any],
-        steps: list[ToolStep],
+        steps: list[StepRecord],
     ) -> ExtendedModelResponse[Any]:
-        step = steps[-1]
-        message = response_message(response.result)
-        unbound = selector.unbound_calls(message, step.bound) if message is not None else []
-        if unbound and self.on_unbound == "raise":
-            raise UnboundToolCallError(
-                f"the model called tools that were not bound at this step: {unbound} "
-                f"(bound: {list(step.bound)})"
-            )
-        if self.on_unbound == "reject":
-            check_rejections(unbound, step.bound, request.messages, self.max_rejections)
+        rejections = count_rejections(request.messages)
+        selector.check_unbound(steps[-1], reply_of(response.result), rejections)
         return ExtendedModelResponse(
             model_response=response,
             command=Command(update={"tool_selections": [s.to_record() for s in steps]}),
@@ -236,19 +194,15 @@ class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
         """Bind the tools selected for this step, widen once if needed, then call the model."""
-        plan = self._plan(request)
-        if plan is None:
+        if not request.tools:
             return handler(request)
-        selector, step = plan
-        steps = [step]
-        response = handler(self._apply(request, step))
-        message = response_message(response.result)
-        reason = selector.widen_reason(step, message) if message is not None else None
-        if reason is not None:
-            wider = selector.widen(step, reason)
-            if wider is not None:
-                steps.append(wider)
-                response = handler(self._apply(request, wider))
+        selector, query, history = self._start(request)
+        step = selector.select(query, history, previous=_last_step(request.state))
+        response, steps = selector.run_step(
+            step,
+            lambda s: handler(self._apply(request, s)),
+            lambda r: reply_of(r.result),
+        )
         return self._finish(selector, request, response, steps)
 
     async def awrap_model_call(
@@ -257,32 +211,24 @@ class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
         """Async `wrap_model_call`."""
-        plan = await self._aplan(request)
-        if plan is None:
+        if not request.tools:
             return await handler(request)
-        selector, step = plan
-        steps = [step]
-        response = await handler(self._apply(request, step))
-        message = response_message(response.result)
-        reason = selector.widen_reason(step, message) if message is not None else None
-        if reason is not None:
-            wider = await selector.awiden(step, reason)
-            if wider is not None:
-                steps.append(wider)
-                response = await handler(self._apply(request, wider))
+        selector, query, history = self._start(request)
+        step = await selector.aselect(query, history, previous=_last_step(request.state))
+        response, steps = await selector.arun_step(
+            step,
+            lambda s: handler(self._apply(request, s)),
+            lambda r: reply_of(r.result),
+        )
         return self._finish(selector, request, response, steps)
 
     def _rejection(self, request: ToolCallRequest) -> ToolMessage | None:
-        if self.on_unbound != "reject":
+        if self.binding.on_unbound != "reject":
             return None
-        state = request.state
-        records = state.get("tool_selections") if isinstance(state, Mapping) else None
-        if not records:
+        step = _last_step(request.state)
+        if step is None or request.tool_call["name"] in step.bound:
             return None
-        bound = records[-1].get("bound", [])
-        if request.tool_call["name"] in bound:
-            return None
-        return unbound_tool_message(request.tool_call, bound)
+        return unbound_tool_message(request.tool_call, step.bound)
 
     def wrap_tool_call(
         self,

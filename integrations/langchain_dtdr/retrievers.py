@@ -18,6 +18,7 @@ from pydantic import ConfigDict, Field, field_validator
 from dtdr_agents.encoders import Encoder
 from dtdr_agents.retrievers import make_retriever
 from dtdr_agents.retrievers.base import ToolRetriever
+from dtdr_agents.runtime import DEFAULT_RETRIEVER
 from dtdr_agents.selection import SelectionPolicy, select
 from dtdr_agents.types import Demonstration, Ranking, Toolset, as_history
 from langchain_dtdr.selector import unwrap_retriever
@@ -84,7 +85,7 @@ class DTDRRetriever(BaseRetriever):
         demos: Iterable[Demonstration],
         tools: Toolset | Iterable[Any],
         *,
-        retriever: str | ToolRetriever = "dtdr-c",
+        retriever: str | ToolRetriever = DEFAULT_RETRIEVER,
         encoder: str | Encoder | None = None,
         retriever_params: Mapping[str, Any] | None = None,
         **kwargs: Any,
@@ -95,7 +96,8 @@ class DTDRRetriever(BaseRetriever):
             demos: Solved requests (query and ordered calls).
             tools: The tool catalogue (core tools, dicts, or LangChain tools).
             retriever: A retriever id of `make_retriever` ("dtdr-c", "dtdr-l", "dr", "lr",
-                ...) or an unfitted core retriever.
+                ...) or an unfitted core retriever. Default
+                `dtdr_agents.runtime.DEFAULT_RETRIEVER`.
             encoder: Sentence encoder spec for the retriever (default: its own default).
             retriever_params: Hyperparameters of the core retriever.
             **kwargs: Fields of this class (`k`, `threshold`, `include_end`, `tags`, ...).
@@ -132,7 +134,7 @@ class DTDRRetriever(BaseRetriever):
             allow_catalogue_change: Accept a `tools` catalogue that differs from the fitted one.
             **kwargs: Fields of this class.
         """
-        from dtdr_agents.persistence import load_retriever
+        from dtdr_agents.retrievers import load_retriever
 
         core = load_retriever(
             path, tools=tools, encoder=encoder, allow_catalogue_change=allow_catalogue_change

@@ -1,6 +1,7 @@
 """LangGraph integration of dtdr-agents: a ReAct graph that re-selects its tools every step.
 
-* `create_dtdr_agent(model, tools, retriever, *, k=..., mode=..., ...)`: the uncompiled graph
+* `create_dtdr_agent(model, tools, retriever, *, k=..., policy=..., binding=..., mode=...,
+  cache=...)`: the uncompiled graph
   ``select_tools -> model -> tools -> select_tools -> ... -> END``.
 * `create_select_tools_node`, `create_model_node`, `create_tool_node`,
   `create_record_node`: the nodes, to build your own graph around a `ToolSelector`.
@@ -10,6 +11,8 @@
 
 from __future__ import annotations
 
+from dtdr_agents.runtime import BindingPolicy, StepRecord, run_report
+from dtdr_agents.selection import SelectionPolicy
 from langchain_dtdr.selector import ToolSelector, ToolStep
 from langgraph_dtdr.agent import (
     DTDRAgentState,
@@ -22,8 +25,11 @@ from langgraph_dtdr.agent import (
 )
 
 __all__ = [
+    "BindingPolicy",
     "DTDRAgentState",
     "OnUnbound",
+    "SelectionPolicy",
+    "StepRecord",
     "ToolSelector",
     "ToolStep",
     "create_dtdr_agent",
@@ -31,4 +37,5 @@ __all__ = [
     "create_record_node",
     "create_select_tools_node",
     "create_tool_node",
+    "run_report",
 ]

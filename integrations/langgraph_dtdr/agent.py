@@ -19,8 +19,9 @@ JSON-like dicts, so any checkpointer can store it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Annotated, Any, Literal, NotRequired
+from typing import Annotated, Any, NotRequired
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolMessage
@@ -34,15 +35,23 @@ from langgraph.types import Command
 
 from dtdr_agents.prompting import MaskMode, TokenCounter
 from dtdr_agents.recording import DemonstrationRecorder
+from dtdr_agents.runtime import (
+    UNSET,
+    BindingPolicy,
+    OnUnbound,
+    StepRecord,
+    Unset,
+    check_on_unbound,
+    merge_selection_records,
+    resolve_policies,
+)
+from dtdr_agents.selection import SelectionPolicy
 from langchain_dtdr.messages import current_turn
 from langchain_dtdr.recording import record_turn
 from langchain_dtdr.selector import (
     ToolSelector,
-    ToolStep,
-    UnboundToolCallError,
-    check_rejections,
-    merge_selection_records,
-    record_metadata,
+    count_rejections,
+    reply_of,
     unbound_tool_message,
 )
 
@@ -56,28 +65,20 @@ __all__ = [
     "create_tool_node",
 ]
 
-OnUnbound = Literal["reject", "allow", "raise"]
-"""What happens to a call of a tool that was not bound, after the one wider re-selection."""
-
 
 class DTDRAgentState(MessagesState):
     """State of a DTDR agent.
 
     Attributes:
         messages: The conversation (`add_messages` reducer).
-        selected_tools: Names of the tools bound at the current step (catalogue order).
-        tool_selections: JSON records of the current turn's selections: what was bound and
-            why (retriever method, cluster, Markov key, probability, fallback, token figures).
+        selected_tools: Names of the tools bound at the current step (in the order sent).
+        tool_selections: JSON records of the current turn's selections
+            (`StepRecord.to_record`): what was bound and why (retriever method, cluster,
+            Markov key, probability, fallback, token figures).
     """
 
     selected_tools: NotRequired[list[str]]
     tool_selections: NotRequired[Annotated[list[dict[str, Any]], merge_selection_records]]
-
-
-def _check_on_unbound(value: str) -> OnUnbound:
-    if value not in ("reject", "allow", "raise"):
-        raise ValueError(f"on_unbound must be 'reject', 'allow' or 'raise', got {value!r}")
-    return value  # type: ignore[return-value]
 
 
 def _messages(state: Mapping[str, Any]) -> list[Any]:
@@ -86,27 +87,44 @@ def _messages(state: Mapping[str, Any]) -> list[Any]:
     return list(state["messages"])
 
 
+def _last_step(state: Mapping[str, Any]) -> StepRecord | None:
+    """The last step recorded in state (with the bound list state holds), or None."""
+    records = state.get("tool_selections") or []
+    if not records:
+        return None
+    step = StepRecord.from_record(records[-1])
+    bound = state.get("selected_tools")
+    if bound is not None and tuple(bound) != step.bound:
+        step = dataclasses.replace(step, bound=tuple(bound))
+    return step
+
+
+def _update(steps: Sequence[StepRecord]) -> dict[str, Any]:
+    return {
+        "selected_tools": list(steps[-1].bound),
+        "tool_selections": [s.to_record() for s in steps],
+    }
+
+
 # ----------------------------------------------------------------------------- select tools
 def create_select_tools_node(selector: ToolSelector) -> RunnableLambda[Any, dict[str, Any]]:
     """The ``select_tools`` node: rank and select the tools for the next model call.
 
     Args:
-        selector: The `ToolSelector` (catalogue, retriever, policy, mode).
+        selector: The `ToolSelector` (catalogue, retriever, policies).
 
     Returns:
         A runnable (sync and async) that returns ``{"selected_tools", "tool_selections"}``.
     """
 
-    def update(step: ToolStep) -> dict[str, Any]:
-        return {"selected_tools": list(step.bound), "tool_selections": [step.to_record()]}
-
     def select_tools(state: Mapping[str, Any]) -> dict[str, Any]:
         turn = current_turn(_messages(state))
-        return update(selector.select(turn.request, turn.history))
+        return _update([selector.select(turn.request, turn.history, previous=_last_step(state))])
 
     async def aselect_tools(state: Mapping[str, Any]) -> dict[str, Any]:
         turn = current_turn(_messages(state))
-        return update(await selector.aselect(turn.request, turn.history))
+        step = await selector.aselect(turn.request, turn.history, previous=_last_step(state))
+        return _update([step])
 
     return RunnableLambda(select_tools, afunc=aselect_tools, name="select_tools")
 
@@ -117,8 +135,6 @@ def create_model_node(
     selector: ToolSelector,
     *,
     system_prompt: str | None = None,
-    on_unbound: OnUnbound = "reject",
-    max_rejections: int = 3,
 ) -> RunnableLambda[Any, dict[str, Any]]:
     """The model node: bind exactly ``state["selected_tools"]`` and call the model.
 
@@ -126,81 +142,55 @@ def create_model_node(
     weighted masks). The model run's metadata carries the ``dtdr_*`` record of the step. In
     the hard modes, when the reply calls a tool that was not bound, or answers while the
     retriever expects more calls, the node re-selects once with the wider policy and calls
-    the model again (the first reply is discarded; in a ``stream_mode="messages"`` stream its
-    tokens still appear, with ``dtdr_widened`` False in their metadata and True for the retry).
+    the model again (`StepSelector.run_step`; the first reply is discarded; in a
+    ``stream_mode="messages"`` stream its tokens still appear, with ``dtdr_widened`` False in
+    their metadata and True for the retry). The selector's `BindingPolicy` decides what
+    happens to calls of unbound tools (`StepSelector.check_unbound`).
 
     Args:
         model: A chat model that supports `bind_tools`.
         selector: The `ToolSelector` the ``select_tools`` node uses.
         system_prompt: A static system prompt.
-        on_unbound: ``"raise"`` stops the run when the final reply still calls an unbound tool;
-            with ``"reject"`` (the tool node answers such calls with an error message) the run
-            stops once `max_rejections` calls were rejected in the turn.
-        max_rejections: See `on_unbound`; bounds a model that keeps insisting.
 
     Returns:
         A runnable (sync and async) returning the state update.
     """
-    on_unbound = _check_on_unbound(on_unbound)
 
-    def prepare(state: Mapping[str, Any]) -> tuple[list[str], dict[str, Any], list[Any]]:
-        records = state.get("tool_selections") or []
-        if "selected_tools" not in state or not records:
+    def prepare(state: Mapping[str, Any]) -> tuple[StepRecord, list[Any]]:
+        step = _last_step(state)
+        if step is None or "selected_tools" not in state:
             raise ValueError(
                 "the model node needs 'selected_tools' and 'tool_selections' in state: run the "
                 "select_tools node before it"
             )
-        bound = list(state["selected_tools"])
-        record = {**records[-1], "bound": bound}
-        return bound, record, _messages(state)
+        return step, _messages(state)
 
-    def finish(
-        response: Any, bound: Sequence[str], wider: ToolStep | None, messages: list[Any]
-    ) -> dict[str, Any]:
-        unbound = selector.unbound_calls(response, bound) if isinstance(response, AIMessage) else []
-        if on_unbound == "raise" and unbound:
-            raise UnboundToolCallError(
-                f"the model called tools that were not bound at this step: {unbound} "
-                f"(bound: {list(bound)})"
-            )
-        if on_unbound == "reject":
-            check_rejections(unbound, bound, messages, max_rejections)
+    def finish(response: Any, steps: list[StepRecord], messages: list[Any]) -> dict[str, Any]:
+        selector.check_unbound(steps[-1], reply_of(response), count_rejections(messages))
         out: dict[str, Any] = {"messages": [response]}
-        if wider is not None:
-            out["selected_tools"] = list(wider.bound)
-            out["tool_selections"] = [wider.to_record()]
+        if len(steps) > 1:
+            out.update(_update(steps[1:]))
         return out
 
     def call_model(state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        bound, record, messages = prepare(state)
-        prompt = selector.prepare_messages(messages, system_prompt, record.get("system_text"))
-        runnable = selector.bind(model, bound, record_metadata(record))
-        response = runnable.invoke(prompt, config)
-        wider = None
-        reason = selector.widen_reason(record, response)
-        if reason is not None:
-            wider = selector.widen(record, reason)
-            if wider is not None:
-                bound = list(wider.bound)
-                prompt = selector.prepare_messages(messages, system_prompt, wider.system_text)
-                response = selector.bind(model, bound, wider.metadata()).invoke(prompt, config)
-        return finish(response, bound, wider, messages)
+        step, messages = prepare(state)
+
+        def call(s: StepRecord) -> Any:
+            prompt = selector.prepare_messages(messages, system_prompt, s.system_text)
+            return selector.bind(model, s.bound, s.metadata()).invoke(prompt, config)
+
+        response, steps = selector.run_step(step, call, reply_of)
+        return finish(response, steps, messages)
 
     async def acall_model(state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        bound, record, messages = prepare(state)
-        prompt = selector.prepare_messages(messages, system_prompt, record.get("system_text"))
-        runnable = selector.bind(model, bound, record_metadata(record))
-        response = await runnable.ainvoke(prompt, config)
-        wider = None
-        reason = selector.widen_reason(record, response)
-        if reason is not None:
-            wider = await selector.awiden(record, reason)
-            if wider is not None:
-                bound = list(wider.bound)
-                prompt = selector.prepare_messages(messages, system_prompt, wider.system_text)
-                runnable = selector.bind(model, bound, wider.metadata())
-                response = await runnable.ainvoke(prompt, config)
-        return finish(response, bound, wider, messages)
+        step, messages = prepare(state)
+
+        async def call(s: StepRecord) -> Any:
+            prompt = selector.prepare_messages(messages, system_prompt, s.system_text)
+            return await selector.bind(model, s.bound, s.metadata()).ainvoke(prompt, config)
+
+        response, steps = await selector.arun_step(step, call, reply_of)
+        return finish(response, steps, messages)
 
     return RunnableLambda(call_model, afunc=acall_model, name="model")
 
@@ -225,7 +215,7 @@ def create_tool_node(
     Returns:
         The `ToolNode`.
     """
-    on_unbound = _check_on_unbound(on_unbound)
+    on_unbound = check_on_unbound(on_unbound)
 
     def rejection(request: ToolCallRequest) -> ToolMessage | None:
         if on_unbound != "reject":
@@ -309,19 +299,11 @@ def create_dtdr_agent(
     tools: Sequence[BaseTool | Callable[..., Any]],
     retriever: Any,
     *,
-    k: int | None = 5,
-    mode: MaskMode = "hard",
-    threshold: float | None = 0.0,
-    coverage: float | None = None,
-    min_k: int = 1,
-    always_include: Sequence[str] = (),
-    respect_fallback: bool = True,
-    widen_k: int | None = None,
-    widen_on_unbound: bool = True,
-    widen_on_answer: bool = True,
-    on_unbound: OnUnbound = "reject",
-    max_rejections: int = 3,
-    ignore_unknown_history: bool = False,
+    k: int | Unset | None = UNSET,
+    policy: SelectionPolicy | None = None,
+    binding: BindingPolicy | None = None,
+    mode: MaskMode | None = None,
+    cache: str | None = None,
     system_prompt: str | None = None,
     recorder: DemonstrationRecorder | None = None,
     state_schema: type[Any] = DTDRAgentState,
@@ -342,27 +324,19 @@ def create_dtdr_agent(
         retriever: A fitted core retriever (any id of `dtdr_agents.make_retriever`: DTDR-C,
             DTDR-L, DR, LR, BM25, QTS, ...) or a `langchain_dtdr.DTDRRetriever`. It must rank
             exactly these tools; swapping it is the only change needed to compare retrievers.
-        k: Bind at most this many retrieved tools per step (None: no cap).
-        mode: ``"hard"`` (bind only the selected), ``"hard_weighted"`` (plus their
-            probabilities in the system message), ``"soft"`` (bind all, name the preferred in
-            the system message), ``"soft_weighted"`` (with probabilities). DTDR paper, §5.
-        threshold: Keep only tools with a probability above this (0.0 drops the tools the
-            retriever gives no probability; None disables).
-        coverage: Keep the smallest prefix whose cumulative probability reaches this.
-        min_k: Never bind fewer than this many retrieved tools.
-        always_include: Tool names bound at every step.
-        respect_fallback: Bind every tool when the retriever flags the request as out of
-            distribution.
-        widen_k: `k` of the one re-selection (default ``2 * k``).
-        widen_on_unbound: Re-select wider when the model calls a tool that was not bound.
-        widen_on_answer: Re-select wider when the model answers although the retriever
-            ranks end-of-plan below every selected tool.
-        on_unbound: After the re-selection, a call of an unbound tool is ``"reject"``-ed with
-            an error tool message, ``"allow"``-ed, or ``"raise"``-s `UnboundToolCallError`.
-        max_rejections: With ``"reject"``, stop with `UnboundToolCallError` once this many
-            unbound calls were rejected in a turn (bounds a model that keeps insisting).
-        ignore_unknown_history: Drop history names that are not among `tools` instead of
-            raising `UnknownToolError` at the first call.
+        k: Shorthand for ``policy.k``: bind at most this many retrieved tools per step (None:
+            no cap). Default 5.
+        policy: The `SelectionPolicy` (k, threshold, coverage, min_k, always_include,
+            respect_fallback). Default `dtdr_agents.runtime.DEFAULT_POLICY` (the 5 best tools
+            with a non-zero probability).
+        binding: The `BindingPolicy`: mask mode, cache-stable binding, the one wider
+            re-selection, what happens to calls of unbound tools (``on_unbound``,
+            ``max_rejections``), unknown history names.
+        mode: Shorthand for ``binding.mode``: ``"hard"``, ``"hard_weighted"``, ``"soft"`` or
+            ``"soft_weighted"`` (DTDR paper, §5).
+        cache: Shorthand for ``binding.cache``: ``"append"`` only grows the bound list within
+            a turn (first-bound order, capped by ``binding.cache_cap``), so each request's
+            tools array starts with the previous one's; ``"off"`` binds each selection.
         system_prompt: A static system prompt (kept first in the system message).
         recorder: Append each finished turn to this `DemonstrationRecorder` (a ``record``
             node runs before END).
@@ -377,10 +351,10 @@ def create_dtdr_agent(
         TypeError: `model` cannot bind tools, or a tool is not a LangChain tool or function.
         InvalidToolError: Duplicate tool names.
         CatalogueMismatchError: The retriever was fitted on another catalogue.
-        UnknownToolError: `always_include` names a tool that is not in `tools`.
+        UnknownToolError: ``policy.always_include`` names a tool that is not in `tools`.
         NotFittedError: The retriever is not fitted.
-        ValueError: Invalid `mode`, `k`, `threshold`, `on_unbound`, or a `state_schema`
-            without the keys of `DTDRAgentState`.
+        ValueError: A shorthand contradicts `policy` / `binding`, an invalid option, or a
+            `state_schema` without the keys of `DTDRAgentState`.
     """
     if not isinstance(model, BaseChatModel):
         raise TypeError(
@@ -391,24 +365,11 @@ def create_dtdr_agent(
             f"{type(model).__name__} does not implement bind_tools, so it cannot be given "
             "tools (for offline tests use langchain_dtdr.testing.ScriptedChatModel)"
         )
-    on_unbound = _check_on_unbound(on_unbound)
+    sel_policy, bind_policy = resolve_policies(policy, binding, k=k, mode=mode, cache=cache)
     _check_state_schema(state_schema)
     lc_tools = _as_tools(tools)
     selector = ToolSelector(
-        lc_tools,
-        retriever,
-        k=k,
-        threshold=threshold,
-        coverage=coverage,
-        min_k=min_k,
-        always_include=always_include,
-        respect_fallback=respect_fallback,
-        mode=mode,
-        widen_k=widen_k,
-        widen_on_unbound=widen_on_unbound,
-        widen_on_answer=widen_on_answer,
-        ignore_unknown_history=ignore_unknown_history,
-        token_counter=token_counter,
+        lc_tools, retriever, policy=sel_policy, binding=bind_policy, token_counter=token_counter
     )
     after_answer = "record" if recorder is not None else END
 
@@ -422,17 +383,15 @@ def create_dtdr_agent(
     graph.add_node("select_tools", create_select_tools_node(selector))
     graph.add_node(
         "model",
-        create_model_node(
-            model,
-            selector,
-            system_prompt=system_prompt,
-            on_unbound=on_unbound,
-            max_rejections=max_rejections,
-        ),
+        create_model_node(model, selector, system_prompt=system_prompt),
     )
     graph.add_node(
         "tools",
-        create_tool_node(lc_tools, on_unbound=on_unbound, handle_tool_errors=handle_tool_errors),
+        create_tool_node(
+            lc_tools,
+            on_unbound=bind_policy.on_unbound,
+            handle_tool_errors=handle_tool_errors,
+        ),
     )
     graph.add_edge(START, "select_tools")
     graph.add_edge("select_tools", "model")
