@@ -16,6 +16,7 @@ id             what ``path`` is
                file; ``tools_path`` is the spec file
 ``rectools``   the PTR ``Datasets`` folder or ``RecTools_QT.json``
 ``metatool``   the PTR folder, MetaTool's ``dataset`` folder, or the queries file
+``toolret``    a ToolRet task folder (``queries.json`` + ``tools.json``) or its queries file
 ``jsonl``      a JSON-lines demonstrations file; ``tools_path`` the tools file
 =============  ==============================================================================
 
@@ -49,6 +50,7 @@ from dtdr_agents.datasets.split import split_dataset, split_demonstrations
 from dtdr_agents.datasets.stats import dataset_stats, format_stats
 from dtdr_agents.datasets.taskbench import load_taskbench, load_taskbench_catalogue
 from dtdr_agents.datasets.tinyagent import load_tinyagent
+from dtdr_agents.datasets.toolret import ToolRetDataset, load_toolret
 
 DATASET_IDS = (
     "demo",
@@ -58,6 +60,7 @@ DATASET_IDS = (
     "nestful",
     "rectools",
     "metatool",
+    "toolret",
     "jsonl",
 )
 """The ids `load_dataset` accepts (``-`` and ``_`` are ignored: ``"seal-tools"`` works)."""
@@ -70,6 +73,7 @@ _PATH_HINTS = {
     "nestful": "NESTFUL's data/non-executable folder or a *-data.json file",
     "rectools": "PTR's src/Datasets folder or RecTools_QT.json",
     "metatool": "PTR's src/Datasets folder, MetaTool's dataset folder, or the queries file",
+    "toolret": "a ToolRet task folder (queries.json + tools.json) or its queries.json",
     "jsonl": "a JSON-lines file of demonstrations",
 }
 
@@ -154,7 +158,7 @@ def load_dataset(
         if common.pop("catalogue_only", False):
             return _call(load_taskbench_catalogue, key, split=split, **common)
         return _call(load_taskbench, key, split=split, limit=limit, **common)
-    if key in ("rectools", "metatool", "jsonl") and split is not None:
+    if key in ("rectools", "metatool", "toolret", "jsonl") and split is not None:
         raise ValueError(f"load_dataset({key!r}) has no splits; give the file as path")
     if key == "tinyagent":
         return _call(load_tinyagent, key, split=split, tools_path=tools_path, limit=limit, **common)
@@ -166,6 +170,8 @@ def load_dataset(
         return _call(load_rectools, key, tools_path=tools_path, limit=limit, **common)
     if key == "metatool":
         return _call(load_metatool, key, tools_path=tools_path, limit=limit, **common)
+    if key == "toolret":
+        return _call(load_toolret, key, tools_path=tools_path, limit=limit, **common)
     return _call(load_jsonl, key, tools_path=tools_path, limit=limit, **common)
 
 
@@ -223,6 +229,7 @@ __all__ = [
     "PlanCycleError",
     "PlanOrder",
     "Problem",
+    "ToolRetDataset",
     "UnknownTools",
     "dataset_stats",
     "format_stats",
@@ -236,6 +243,7 @@ __all__ = [
     "load_taskbench",
     "load_taskbench_catalogue",
     "load_tinyagent",
+    "load_toolret",
     "load_train_test",
     "order_plan",
     "split_dataset",
