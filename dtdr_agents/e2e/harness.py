@@ -1,0 +1,389 @@
+"""Run the end-to-end evaluation against an OpenAI-compatible endpoint (or dry-run it offline).
+
+`prepare_e2e` fits the retrievers on the training plans (as `dtdr-agents bench` does) and builds
+every request; `dry_run_report` counts them and their prompt tokens without any network;
+`run_e2e` sends them with a concurrency limit, retries and a per-request time-out
+(`dtdr_agents.retry` through `OpenAIChat`), caches each answered step in an append-only JSONL
+file so an interrupted run resumes, and aggregates the metrics per (retriever, mode).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dtdr_agents.chat import OpenAIChat
+from dtdr_agents.datasets.base import Dataset
+from dtdr_agents.e2e.cache import StepCache, step_key
+from dtdr_agents.e2e.metrics import classify_reply, summarize
+from dtdr_agents.e2e.protocol import (
+    END_TOOL,
+    NO_RETRIEVER,
+    ProtocolBuilder,
+    StepRequest,
+    cells,
+)
+from dtdr_agents.encoders import Encoder
+from dtdr_agents.errors import ChatModelError
+from dtdr_agents.progress import Progress, no_progress
+from dtdr_agents.prompting import TokenCounter, get_token_counter
+from dtdr_agents.retrievers.base import ToolRetriever
+from dtdr_agents.retry import status_code
+from dtdr_agents.selection import SelectionPolicy
+
+REPORT_KIND = "e2e"
+"""The ``kind`` field of an end-to-end JSON report (`dtdr-agents report` dispatches on it)."""
+
+
+@dataclass
+class E2EPlan:
+    """Everything a run needs before the first request.
+
+    Attributes:
+        dataset: The dataset's name.
+        n_train: Training demonstrations.
+        n_test: Test plans.
+        builder: The protocol builder (steps, catalogue in API names, token counter).
+        requests: Every request, cell by cell.
+        cells: The (retriever, mode) pairs, in order.
+        skipped: Retriever id -> why it could not run.
+        encoder: The encoder id used by the retrievers.
+        seed: Seed of the split, the retrievers and the example demonstrations.
+        k: Retrieved tools kept per step.
+    """
+
+    dataset: str
+    n_train: int
+    n_test: int
+    builder: ProtocolBuilder
+    requests: list[StepRequest]
+    cells: list[tuple[str, str]]
+    skipped: dict[str, str] = field(default_factory=dict)
+    encoder: str = ""
+    seed: int = 0
+    k: int = 5
+
+
+def prepare_e2e(
+    train: Dataset,
+    test: Dataset,
+    retriever_ids: Sequence[str],
+    modes: Sequence[str],
+    *,
+    encoder: Encoder,
+    seed: int = 0,
+    k: int = 5,
+    counter: TokenCounter | None = None,
+    log: Any = None,
+) -> E2EPlan:
+    """Fit the retrievers on `train` and build every request of the run (no network).
+
+    Args:
+        train: Training split (demonstrations and catalogue).
+        test: Test split.
+        retriever_ids: Retriever ids (``"none"`` = the `no_icl` baseline).
+        modes: Modes (see `dtdr_agents.e2e.protocol.E2E_MODES`).
+        encoder: Encoder of the retrievers.
+        seed: Seed of the retrievers and of the example demonstrations.
+        k: Retrieved tools kept per step (top-k).
+        counter: Token counter (default: `get_token_counter()`).
+        log: Called with progress messages (e.g. `print`), or None.
+
+    Returns:
+        The `E2EPlan`.
+
+    Raises:
+        ValueError: For an unknown mode, set-valued data (no plan order to follow), or no
+            runnable (retriever, mode) pair.
+    """
+    from dtdr_agents.bench import build_retriever
+
+    if test.set_valued or train.set_valued:
+        raise ValueError(
+            f"dataset {train.name!r} is set-valued (no call order): the end-to-end evaluation "
+            "needs ordered plans"
+        )
+    pairs = cells(retriever_ids, modes)
+    fitted: dict[str, ToolRetriever | None] = {}
+    skipped: dict[str, str] = {}
+    for rid in dict.fromkeys(r for r, _ in pairs):
+        if rid == NO_RETRIEVER:
+            fitted[rid] = None
+            continue
+        retriever, reason = build_retriever(rid, encoder=encoder, seed=seed, dataset=train)
+        if retriever is None:
+            skipped[rid] = reason or "unavailable"
+            if log:
+                log(f"skipping {rid}: {skipped[rid]}")
+            continue
+        if log:
+            log(f"fitting {rid} ...")
+        fitted[rid] = retriever.fit(train.demos, train.tools)
+    builder = ProtocolBuilder(
+        train.demos,
+        test.demos,
+        train.tools,
+        counter=counter or get_token_counter(),
+        policy=SelectionPolicy(k=k),
+        seed=seed,
+    )
+    requests = builder.requests(fitted, modes)
+    return E2EPlan(
+        dataset=train.name,
+        n_train=len(train.demos),
+        n_test=len(test.demos),
+        builder=builder,
+        requests=requests,
+        cells=[p for p in pairs if p[0] in fitted],
+        skipped=skipped,
+        encoder=encoder.id,
+        seed=seed,
+        k=k,
+    )
+
+
+def _base_report(plan: E2EPlan, *, model: str | None, dry_run: bool) -> dict[str, Any]:
+    counter = plan.builder.counter
+    return {
+        "kind": REPORT_KIND,
+        "version": 1,
+        "dataset": plan.dataset,
+        "n_train": plan.n_train,
+        "n_test": plan.n_test,
+        "n_steps": len(plan.builder.steps),
+        "n_tools": len(plan.builder.tools),
+        "encoder": plan.encoder,
+        "seed": plan.seed,
+        "k": plan.k,
+        "model": model,
+        "dry_run": dry_run,
+        "token_counter": {"name": counter.name, "exact": counter.exact, "note": counter.note},
+        "skipped": dict(plan.skipped),
+    }
+
+
+def dry_run_report(
+    plan: E2EPlan, *, model: str | None = None, cache: StepCache | None = None
+) -> dict[str, Any]:
+    """How many calls the run would make and their prompt tokens, per (retriever, mode).
+
+    Args:
+        plan: The prepared run.
+        model: The model name (only needed to look up cached steps).
+        cache: A step cache: steps already in it are counted as cached, not as calls.
+
+    Returns:
+        A report of kind ``"e2e"`` with ``dry_run`` true; each result has ``calls``,
+        ``cached``, ``prompt_tokens`` (mean per step) and ``prompt_tokens_total``.
+    """
+    report = _base_report(plan, model=model, dry_run=True)
+    results = []
+    for rid, mode in plan.cells:
+        reqs = [r for r in plan.requests if r.retriever == rid and r.mode == mode]
+        cached = 0
+        if cache is not None and model:
+            cached = sum(step_key(model, rid, mode, r.fingerprint) in cache for r in reqs)
+        tokens = [r.prompt_tokens for r in reqs]
+        results.append(
+            {
+                "retriever": rid,
+                "mode": mode,
+                "calls": len(reqs) - cached,
+                "cached": cached,
+                "n_steps": len(reqs),
+                "prompt_tokens": sum(tokens) / len(tokens) if tokens else None,
+                "prompt_tokens_total": sum(tokens),
+                "tools_bound": sum(len(r.bound) for r in reqs) / len(reqs) if reqs else None,
+            }
+        )
+    report["results"] = results
+    report["calls"] = sum(r["calls"] for r in results)
+    report["prompt_tokens_total"] = sum(r["prompt_tokens_total"] for r in results)
+    return report
+
+
+def error_type(exc: BaseException) -> str:
+    """A short class of a failed request: unreachable, timeout, http_<status>, malformed, other."""
+    cause: BaseException = exc
+    while isinstance(cause, ChatModelError) and cause.__cause__ is not None:
+        cause = cause.__cause__
+    names = {cls.__name__ for cls in type(cause).__mro__}
+    code = status_code(cause)
+    if "APITimeoutError" in names or isinstance(cause, TimeoutError):
+        return "timeout"
+    if code is not None:
+        return f"http_{code}"
+    if names & {"APIConnectionError", "ConnectError", "ConnectionError"}:
+        return "unreachable"
+    if isinstance(cause, ValueError) or "APIResponseValidationError" in names:
+        return "malformed"
+    return "other"
+
+
+def _row(req: StepRequest, model: str, key: str) -> dict[str, Any]:
+    return {
+        "key": key,
+        "model": model,
+        "retriever": req.retriever,
+        "mode": req.mode,
+        "plan": req.step.plan,
+        "step": req.step.step,
+        "plan_id": req.step.plan_id,
+        "is_end": req.step.is_end,
+        "acceptable": sorted(req.step.acceptable),
+        "n_bound": len(req.bound),
+        "prompt_tokens": req.prompt_tokens,
+        "tool_tokens": req.tool_tokens,
+    }
+
+
+async def _ask(
+    req: StepRequest,
+    chat: OpenAIChat,
+    key: str,
+    semaphore: asyncio.Semaphore,
+    catalogue: frozenset[str],
+    request_kwargs: Mapping[str, Any],
+    text_ends_plan: bool,
+) -> dict[str, Any]:
+    row = _row(req, chat.model, key)
+    async with semaphore:
+        start = time.perf_counter()
+        try:
+            response = await chat.acreate(req.messages, tools=req.tools, **request_kwargs)
+        except Exception as exc:  # every failure is recorded per step, never raised
+            row.update(
+                kind="error",
+                correct=False,
+                called=None,
+                error_type=error_type(exc),
+                error=str(exc)[:500],
+                latency_ms=(time.perf_counter() - start) * 1000.0,
+            )
+            return row
+        row["latency_ms"] = (time.perf_counter() - start) * 1000.0
+    row.update(
+        classify_reply(
+            response,
+            bound=req.bound,
+            catalogue=catalogue,
+            acceptable=req.step.acceptable,
+            end_tool=END_TOOL,
+            text_ends_plan=text_ends_plan,
+        )
+    )
+    return row
+
+
+async def _arun(
+    plan: E2EPlan,
+    chat: OpenAIChat,
+    cache: StepCache | None,
+    concurrency: int,
+    progress: Progress,
+    request_kwargs: Mapping[str, Any],
+    text_ends_plan: bool,
+) -> tuple[list[dict[str, Any]], int]:
+    rows: list[dict[str, Any]] = []
+    todo: list[tuple[StepRequest, str]] = []
+    for req in plan.requests:
+        key = step_key(chat.model, req.retriever, req.mode, req.fingerprint)
+        hit = cache.get(key) if cache is not None else None
+        if hit is not None:
+            rows.append(hit)
+        else:
+            todo.append((req, key))
+    cached = len(rows)
+    semaphore = asyncio.Semaphore(concurrency)
+    catalogue = frozenset(plan.builder.api_catalogue.names)
+    tasks = [
+        asyncio.ensure_future(
+            _ask(req, chat, key, semaphore, catalogue, request_kwargs, text_ends_plan)
+        )
+        for req, key in todo
+    ]
+    try:
+        for next_done in progress(asyncio.as_completed(tasks), "e2e", len(tasks)):
+            row = await next_done
+            if cache is not None and row["kind"] != "error":
+                cache.add(row)
+            rows.append(row)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await chat.aclose()
+    return rows, cached
+
+
+def run_e2e(
+    plan: E2EPlan,
+    chat: OpenAIChat,
+    *,
+    cache: StepCache | None = None,
+    concurrency: int = 4,
+    progress: Progress | None = None,
+    tool_choice: str | None = "auto",
+    text_ends_plan: bool = True,
+) -> dict[str, Any]:
+    """Send every request of `plan` to `chat` and aggregate the metrics per (retriever, mode).
+
+    Args:
+        plan: The prepared run (`prepare_e2e`).
+        chat: The endpoint (`OpenAIChat`: its retry policy and time-out apply to each request).
+        cache: Step cache; cached steps are not asked again, answered steps are appended.
+        concurrency: Requests in flight at most.
+        progress: Progress wrapper (e.g. `dtdr_agents.progress.progress_bar(True)`).
+        tool_choice: Sent as ``tool_choice`` (None: not sent).
+        text_ends_plan: Count a text answer at a plan's end as end-of-plan.
+
+    Returns:
+        A report of kind ``"e2e"``: per-cell metrics in ``results`` (see
+        `dtdr_agents.e2e.metrics.summarize`), ``calls`` made and ``cached`` steps reused.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    start = time.perf_counter()
+    kwargs: dict[str, Any] = {}
+    if tool_choice is not None:
+        kwargs["tool_choice"] = tool_choice
+    rows, cached = asyncio.run(
+        _arun(plan, chat, cache, concurrency, progress or no_progress, kwargs, text_ends_plan)
+    )
+    report = _base_report(plan, model=chat.model, dry_run=False)
+    report["base_url"] = chat.base_url
+    report["results"] = summarize_cells(rows, plan.cells)
+    report["calls"] = len(rows) - cached
+    report["cached"] = cached
+    report["wall_s"] = time.perf_counter() - start
+    return report
+
+
+def summarize_cells(
+    rows: Iterable[Mapping[str, Any]], pairs: Sequence[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """`summarize` per (retriever, mode), in `pairs` order, with a few error messages each."""
+    by_cell: dict[tuple[str, str], list[Mapping[str, Any]]] = {p: [] for p in pairs}
+    for row in rows:
+        by_cell.setdefault((str(row["retriever"]), str(row["mode"])), []).append(row)
+    out = []
+    for (rid, mode), cell_rows in by_cell.items():
+        ordered = sorted(cell_rows, key=lambda r: (int(r["plan"]), int(r["step"])))
+        summary = summarize(ordered)
+        errors = [str(r.get("error")) for r in ordered if r["kind"] == "error"]
+        out.append({"retriever": rid, "mode": mode, **summary, "error_examples": errors[:3]})
+    return out
+
+
+__all__ = [
+    "REPORT_KIND",
+    "E2EPlan",
+    "dry_run_report",
+    "error_type",
+    "prepare_e2e",
+    "run_e2e",
+    "summarize_cells",
+]
