@@ -1,0 +1,462 @@
+"""ToolQP: iterative query planning over any base retriever (paper 003), per agent step.
+
+Once per request (cached per request and catalogue), a planner writes sub-goals and
+functional queries; each query runs through the base retriever (a chat planner sees the top 5
+after each query, Fig. 14). The rankings of the queries and of the request itself are fused by
+peak rank (default) or RRF.
+
+Beyond the paper, inside an agent: at a later step, a sub-goal whose queries placed one of the
+calls already made within their top `done_k` counts as done, and its queries' lists leave the
+fusion, so the next-step ranking leans on the remaining sub-goals. The request's own list is
+ranked by the base with the history (`base.rank(request, history)`), so a history-aware base
+keeps its dependency knowledge.
+
+Any planner failure (malformed output, an empty plan, a time-out, an HTTP error, no recorded
+plan) falls back to the base retriever's single-shot ranking; `explanation["planner_fallback"]`
+says why. Every ranking explains, for its top tools, which sub-goal and which query found each
+tool and at what rank (`Ranking.why`), and `explain_tool` does it for any tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from dtdr_agents.planning.fusion import FUSIONS, RRF_K, Fusion, fuse
+from dtdr_agents.planning.plan import Plan
+from dtdr_agents.planning.planners import FEEDBACK_K, Planner, ReplayPlanner
+from dtdr_agents.retrievers.base import Scores, ToolRetriever
+from dtdr_agents.types import Demonstration, Ranking, Toolset, as_history
+
+PLANNER_TIMEOUT = 60.0
+"""Default bound, in seconds, on planning one request (all the planner's turns)."""
+
+EXPLAIN_K = 10
+"""Tools of each ranking that get a note saying which sub-goal and query found them."""
+
+_EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class _PlanState:
+    """A request's plan with its base rankings (or why there is none)."""
+
+    plan: Plan | None
+    ranks: np.ndarray  # (n_queries, n_tools) 1-based ranks of each query's base ranking
+    targets: tuple[int, ...]
+    fallback_reason: str | None = None
+
+
+def _tool_ranks(ranking: Ranking, n_tools: int) -> np.ndarray:
+    """1-based rank of every tool in `ranking` (end-of-plan, the last name, left out)."""
+    order = ranking.order
+    order = order[order != n_tools]
+    ranks = np.empty(n_tools, dtype=np.int32)
+    ranks[order] = np.arange(1, n_tools + 1, dtype=np.int32)
+    return ranks
+
+
+class ToolQPRetriever(ToolRetriever):
+    """ToolQP query planning over a base retriever (composite id ``toolqp:<base>``).
+
+    Args:
+        base: The retriever the functional queries run through (fitted by `fit`).
+        planner: Writes the plans: `dtdr_agents.planning.ChatPlanner` (live chat model),
+            `ReplayPlanner` (recorded plans), or any `Planner`. Not saved with the model: pass
+            it again at load.
+        fusion: "peak" (peak rank, the paper's choice) or "rrf".
+        rrf_k: The RRF constant.
+        include_request: Fuse the request's own base ranking with the queries' rankings (the
+            paper keeps the user query).
+        feedback_k: Tools returned to the planner after each query.
+        done_k: A sub-goal counts as done once a call in the history was within the top
+            `done_k` of one of its queries.
+        timeout: Bound in seconds on planning one request (None: no bound); beyond it the
+            request falls back to the base ranking.
+        cache_size: Plans kept (per request and catalogue).
+    """
+
+    retriever_id: ClassVar[str] = "toolqp"
+    composite: ClassVar[bool] = True
+    default_base: ClassVar[str] = "qts"
+    runtime_params: ClassVar[tuple[str, ...]] = ("planner",)
+    bench_default: ClassVar[bool] = False
+    uses_history: ClassVar[bool] = True
+    uses_encoder: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        *,
+        base: ToolRetriever | None = None,
+        planner: Planner | None = None,
+        fusion: Fusion = "peak",
+        rrf_k: int = RRF_K,
+        include_request: bool = True,
+        feedback_k: int = FEEDBACK_K,
+        done_k: int = FEEDBACK_K,
+        timeout: float | None = PLANNER_TIMEOUT,
+        cache_size: int = 1024,
+    ) -> None:
+        self.base = base
+        self.planner = planner
+        self.fusion = fusion
+        self.rrf_k = rrf_k
+        self.include_request = include_request
+        self.feedback_k = feedback_k
+        self.done_k = done_k
+        self.timeout = timeout
+        self.cache_size = cache_size
+
+    @classmethod
+    def unavailable_reason(cls, **params: Any) -> str | None:
+        """Why toolqp cannot run with `params` (no planner), or None."""
+        if params.get("planner") is None:
+            return (
+                "toolqp needs a planner: recorded plans (--plans FILE, or "
+                "--plans-from-instruction on ToolRet), or a live chat model "
+                "(--chat-base-url URL --chat-model NAME)"
+            )
+        return None
+
+    # ------------------------------------------------------------------------------ fitting
+    def _check_params(self) -> ToolRetriever:
+        if not isinstance(self.base, ToolRetriever):
+            raise ValueError(
+                "toolqp needs a base retriever: make_retriever('toolqp:qts', ...) or "
+                "ToolQPRetriever(base=make_retriever('qts'))"
+            )
+        if self.fusion not in FUSIONS:
+            raise ValueError(f"fusion must be one of {FUSIONS}, got {self.fusion!r}")
+        for name in ("rrf_k", "feedback_k", "done_k", "cache_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.timeout is not None and not (
+            isinstance(self.timeout, int | float) and self.timeout > 0
+        ):
+            raise ValueError(f"timeout must be > 0 seconds or None, got {self.timeout!r}")
+        return self.base
+
+    def _fit(self, demos: list[Demonstration], tools: Toolset) -> None:
+        self._check_params().fit(demos, tools)
+
+    def set_tools(self, tools: Toolset | Iterable[Any]) -> ToolQPRetriever:
+        """Change the catalogue of this retriever and of its base (plans are per catalogue)."""
+        super().set_tools(tools)
+        base = self._check_params()
+        if base.tools_ is not self.tools_ and base.tools_ != self.tools_:
+            base.set_tools(self.tools_)
+        self._catalogue_hash = self.tools_.catalogue_hash
+        return self
+
+    # ------------------------------------------------------------------------------ planning
+    def _cache(self) -> tuple[OrderedDict[tuple[str, str], _PlanState], threading.Lock]:
+        cache: OrderedDict[tuple[str, str], _PlanState] | None = getattr(self, "_plans", None)
+        if cache is None:
+            cache = OrderedDict()
+            self._plans = cache
+            self._plans_lock = threading.Lock()
+        return cache, self._plans_lock
+
+    def clear_plans(self) -> None:
+        """Forget every cached plan."""
+        cache, lock = self._cache()
+        with lock:
+            cache.clear()
+
+    def _searcher(self) -> tuple[dict[str, np.ndarray], Any]:
+        base = self._check_params()
+        n_tools = len(self.tools_)
+        lists: dict[str, np.ndarray] = {}
+
+        def search(text: str) -> list[tuple[str, str]]:
+            ranking = base.rank(text, (), ignore_unknown=True)
+            ranks = _tool_ranks(ranking, n_tools)
+            lists[text] = ranks
+            top = np.argsort(ranks)[: self.feedback_k]
+            return [(self.tools_[int(i)].name, self.tools_[int(i)].description) for i in top]
+
+        return lists, search
+
+    def _finish(
+        self, plan: Plan | None, lists: dict[str, np.ndarray], search: Any, reason: str | None
+    ) -> _PlanState:
+        n_tools = len(self.tools_)
+        if plan is not None:
+            try:
+                plan.check()
+                for text in plan.queries:
+                    if text not in lists:
+                        search(text)
+                ranks = np.stack([lists[text] for text in plan.queries])
+                return _PlanState(plan, ranks, plan.targets())
+            except Exception as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+        return _PlanState(None, np.empty((0, n_tools), dtype=np.int32), (), reason)
+
+    def _remember(self, key: tuple[str, str], state: _PlanState) -> _PlanState:
+        cache, lock = self._cache()
+        with lock:
+            cache[key] = state
+            cache.move_to_end(key)
+            while len(cache) > self.cache_size:
+                cache.popitem(last=False)
+        return state
+
+    def _cached(self, query: str) -> tuple[tuple[str, str], _PlanState | None]:
+        key = (query.strip(), self._catalogue_hash)
+        cache, lock = self._cache()
+        with lock:
+            state = cache.get(key)
+            if state is not None:
+                cache.move_to_end(key)
+        return key, state
+
+    def _require_planner(self) -> Planner:
+        if self.planner is None:
+            raise ValueError("no planner was given (set_params(planner=...))")
+        return self.planner
+
+    def _run_planner(self, request: str, search: Any) -> Plan:
+        planner = self._require_planner()
+        if self.timeout is None or isinstance(planner, ReplayPlanner):
+            return planner.plan(request, search)
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolqp-planner")
+        try:
+            return pool.submit(planner.plan, request, search).result(self.timeout)
+        except FutureTimeout:
+            raise TimeoutError(f"planning took longer than {self.timeout} s") from None
+        finally:
+            pool.shutdown(wait=False)
+
+    async def _arun_planner(self, request: str, search: Any) -> Plan:
+        planner = self._require_planner()
+        try:
+            return await asyncio.wait_for(planner.aplan(request, search), self.timeout)
+        except TimeoutError:
+            raise TimeoutError(f"planning took longer than {self.timeout} s") from None
+
+    def _plan_state(self, query: str) -> _PlanState:
+        key, state = self._cached(query)
+        if state is not None:
+            return state
+        lists, search = self._searcher()
+        try:
+            plan, reason = self._run_planner(key[0], search), None
+        except Exception as exc:  # any planner failure: fall back to the base ranking
+            plan, reason = None, f"{type(exc).__name__}: {exc}"
+        return self._remember(key, self._finish(plan, lists, search, reason))
+
+    async def _aplan_state(self, query: str) -> _PlanState:
+        key, state = self._cached(query)
+        if state is not None:
+            return state
+        lists, search = self._searcher()
+        try:
+            plan, reason = await self._arun_planner(key[0], search), None
+        except Exception as exc:  # any planner failure: fall back to the base ranking
+            plan, reason = None, f"{type(exc).__name__}: {exc}"
+        return self._remember(key, self._finish(plan, lists, search, reason))
+
+    def plan_for(self, query: str) -> Plan | None:
+        """The plan of `query` (planned now if not cached), or None when planning failed."""
+        self._check_fitted()
+        return self._plan_state(query).plan
+
+    # ------------------------------------------------------------------------------ ranking
+    def _active(self, state: _PlanState, history: Sequence[str]) -> tuple[list[int], list[int]]:
+        """(indices of the queries still fused, indices of the sub-goals done)."""
+        assert state.plan is not None
+        called = [self.tools_.index(h) for h in dict.fromkeys(history) if self.tools_.has(h)]
+        done: set[int] = set()
+        if called:
+            hit = (state.ranks[:, called] <= self.done_k).any(axis=1)
+            done = {state.targets[i] for i in np.flatnonzero(hit)}
+        active = [i for i, goal in enumerate(state.targets) if goal not in done]
+        if not active:  # every sub-goal served: keep them all
+            active = list(range(len(state.targets)))
+        return active, sorted(done)
+
+    def _lists(
+        self, state: _PlanState, active: list[int], request: Ranking
+    ) -> tuple[np.ndarray, list[int | None]]:
+        """The rank matrix to fuse and, per row, its query index (None: the request)."""
+        rows = [state.ranks[i] for i in active]
+        labels: list[int | None] = list(active)
+        if self.include_request:
+            rows.append(_tool_ranks(request, len(self.tools_)))
+            labels.append(None)
+        return np.stack(rows), labels
+
+    def _note(self, state: _PlanState, label: int | None, rank: int) -> str:
+        if label is None or state.plan is None:
+            return f"toolqp: the request itself ranked it {rank} ({self.fusion} fusion)"
+        plan = state.plan
+        goal = state.targets[label]
+        return (
+            f"toolqp: sub-goal {goal + 1} {plan.sub_goals[goal]!r} via query "
+            f"{plan.queries[label]!r} ranked it {rank} ({self.fusion} fusion)"
+        )
+
+    def _fallback(self, request: Ranking, reason: str) -> Ranking:
+        explanation = {
+            "method": self.retriever_id,
+            "base": self._base_id(),
+            "planner_fallback": f"{reason}; used the base retriever's single-shot ranking",
+            "base_explanation": dict(request.explanation),
+        }
+        return Ranking(
+            names=request.names,
+            probabilities=request.probabilities,
+            explanation=explanation,
+            fallback=request.fallback,
+            fallback_reason=request.fallback_reason,
+            notes=request.notes,
+        )
+
+    def _base_id(self) -> str:
+        base = self.base
+        return (base.retriever_id or type(base).__name__) if base is not None else "none"
+
+    def _fused(self, state: _PlanState, history: tuple[str, ...], request: Ranking) -> Ranking:
+        if state.plan is None:
+            return self._fallback(request, state.fallback_reason or "no plan")
+        plan = state.plan
+        n_tools = len(self.tools_)
+        active, done = self._active(state, history)
+        matrix, labels = self._lists(state, active, request)
+        order = fuse(matrix, self.fusion, rrf_k=self.rrf_k)
+        shape = np.sort(request.probabilities[:n_tools])[::-1]
+        shape = shape + _EPS * np.arange(n_tools, 0, -1)  # strictly decreasing: keeps the order
+        probs = np.empty(n_tools + 1, dtype=np.float64)
+        probs[order] = shape
+        probs[n_tools] = request.probabilities[n_tools]
+        probs /= probs.sum()
+        notes: dict[str, str] = {}
+        top = order[:EXPLAIN_K]
+        best = np.argmin(matrix[:, top], axis=0)
+        for j, tool in enumerate(top):
+            row = int(best[j])
+            notes[self.tools_[int(tool)].name] = self._note(
+                state, labels[row], int(matrix[row, tool])
+            )
+        explanation = {
+            "method": self.retriever_id,
+            "base": self._base_id(),
+            "fusion": self.fusion,
+            "planner": plan.source,
+            "sub_goals": list(plan.sub_goals),
+            "queries": list(plan.queries),
+            "stopped": plan.stopped,
+            "done_sub_goals": [plan.sub_goals[g] for g in done],
+            "lists_fused": len(labels),
+        }
+        return Ranking(
+            names=request.names,
+            probabilities=probs,
+            explanation=explanation,
+            fallback=request.fallback,
+            fallback_reason=request.fallback_reason,
+            notes=notes,
+        )
+
+    def _prepare(
+        self, query: str, history: Sequence[str] | str | None, ignore_unknown: bool
+    ) -> tuple[tuple[str, ...], ToolRetriever]:
+        self._check_fitted()
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("query must be a non-empty string")
+        hist = self._validate_history(as_history(history), ignore_unknown)
+        return hist, self._check_params()
+
+    def rank(
+        self,
+        query: str,
+        history: Sequence[str] | str | None = (),
+        *,
+        ignore_unknown: bool = False,
+    ) -> Ranking:
+        """Rank the tools for the next step: the request's plan fused with its own ranking.
+
+        Args:
+            query: The user's request (planned once, then cached per catalogue).
+            history: Names of the tools called so far; they mark sub-goals as done.
+            ignore_unknown: Drop history names missing from the catalogue instead of raising.
+
+        Returns:
+            The fused `Ranking`, or the base's ranking when planning failed (then
+            ``explanation["planner_fallback"]`` says why).
+        """
+        hist, base = self._prepare(query, history, ignore_unknown)
+        state = self._plan_state(query)
+        return self._fused(state, hist, base.rank(query, hist, ignore_unknown=True))
+
+    async def arank(
+        self,
+        query: str,
+        history: Sequence[str] | str | None = (),
+        *,
+        ignore_unknown: bool = False,
+    ) -> Ranking:
+        """Async `rank`: the planner's async path (`Planner.aplan`) plans the request."""
+        hist, base = self._prepare(query, history, ignore_unknown)
+        state = await self._aplan_state(query)
+        return self._fused(state, hist, base.rank(query, hist, ignore_unknown=True))
+
+    def explain_tool(
+        self, query: str, name: str, history: Sequence[str] | str | None = ()
+    ) -> dict[str, Any]:
+        """Which list found `name` at its best rank: sub-goal, query and rank, for any tool.
+
+        Returns:
+            ``{"tool", "rank", "source"}`` plus ``"sub_goal"`` and ``"query"`` when a planner
+            query found it (``source`` is "request", "query" or "fallback").
+        """
+        hist, base = self._prepare(query, history, True)
+        if not self.tools_.has(name):
+            raise ValueError(f"{name!r} is not in the tool catalogue")
+        state = self._plan_state(query)
+        request = base.rank(query, hist, ignore_unknown=True)
+        tool = self.tools_.index(name)
+        if state.plan is None:
+            rank = int(_tool_ranks(request, len(self.tools_))[tool])
+            return {"tool": name, "rank": rank, "source": "fallback"}
+        active, _ = self._active(state, hist)
+        matrix, labels = self._lists(state, active, request)
+        row = int(np.argmin(matrix[:, tool]))
+        label = labels[row]
+        out: dict[str, Any] = {"tool": name, "rank": int(matrix[row, tool])}
+        if label is None:
+            return {**out, "source": "request"}
+        goal = state.targets[label]
+        return {
+            **out,
+            "source": "query",
+            "sub_goal": state.plan.sub_goals[goal],
+            "query": state.plan.queries[label],
+        }
+
+    def _score(self, query: str, history: tuple[str, ...]) -> Scores:
+        ranking = self.rank(query, history, ignore_unknown=True)
+        probs = np.array([ranking.probability(n) for n in self.labels_], dtype=np.float64)
+        total = probs.sum()
+        probs = probs / total if total > 0 else np.full(len(probs), 1.0 / len(probs))
+        return Scores(probs, dict(ranking.explanation))
+
+    # -------------------------------------------------------------------------- persistence
+    def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        return {}, {}
+
+    def _set_state(self, state: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        """Nothing to restore: the base is its own saved part and the planner is passed again."""
+
+
+__all__ = ["EXPLAIN_K", "PLANNER_TIMEOUT", "ToolQPRetriever"]

@@ -1,0 +1,264 @@
+"""ToolQP over a base retriever: fusion, per-step sub-goals, fallbacks, explanations, caching."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from openai_server import OpenAIChatServer
+
+from dtdr_agents.chat import OpenAIChat
+from dtdr_agents.planning import ChatPlanner, Plan, ReplayPlanner, SearchFn
+from dtdr_agents.retrievers.baselines import QTSRetriever
+from dtdr_agents.retrievers.toolqp import ToolQPRetriever
+from dtdr_agents.types import END_OF_PLAN, Demonstration
+
+TOOLS = [
+    {"name": "hotel_search", "description": "search hotels by city amenities meal plan reviews"},
+    {"name": "flight_cancel", "description": "flight cancellation probability for a flight number"},
+    {"name": "weather", "description": "weather forecast for a city and a date"},
+    {"name": "currency", "description": "convert an amount between two currencies"},
+    {"name": "translate", "description": "translate a text into another language"},
+    {"name": "restaurants", "description": "find restaurants near a place with cuisine filters"},
+    {"name": "car_rental", "description": "rent a car at an airport for given dates"},
+    {"name": "get_token", "description": "get a user token from username and password"},
+]
+REQUEST = "Plan our Cancun beach vacation: where to stay, and will AA567 be cancelled?"
+PLAN = Plan(
+    REQUEST,
+    ("Suggest hotels by amenities and reviews", "Flight cancellation probability"),
+    ("search hotels by city amenities reviews", "flight cancellation probability flight number"),
+)
+DEMOS = [
+    Demonstration("weather in Paris tomorrow", ("weather",)),
+    Demonstration("convert 10 euros to dollars", ("currency",)),
+    Demonstration("translate hello into Spanish", ("translate",)),
+]
+PLAN_TEXT = (
+    "<task_breakdown>stay and flight</task_breakdown>\n"
+    '<sub_goals>["Suggest hotels by amenities and reviews", "Flight cancellation probability"]'
+    "</sub_goals>"
+)
+
+
+def make(planner: Any, **params: Any) -> ToolQPRetriever:
+    base = QTSRetriever(encoder="tfidf")
+    return ToolQPRetriever(base=base, planner=planner, **params).fit(DEMOS, TOOLS)
+
+
+class CountingPlanner:
+    """A planner returning fixed plans, counting its sync and async calls."""
+
+    def __init__(self, plan: Plan | None = PLAN, error: Exception | None = None) -> None:
+        self.result = plan
+        self.error = error
+        self.calls = 0
+        self.acalls = 0
+
+    def plan(self, request: str, search: SearchFn) -> Plan:
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+    async def aplan(self, request: str, search: SearchFn) -> Plan:
+        self.acalls += 1
+        return self.plan(request, search)
+
+
+class SlowPlanner(CountingPlanner):
+    def plan(self, request: str, search: SearchFn) -> Plan:
+        time.sleep(1.0)
+        return super().plan(request, search)
+
+    async def aplan(self, request: str, search: SearchFn) -> Plan:
+        await asyncio.sleep(1.0)
+        return super().plan(request, search)
+
+
+def test_fusion_finds_every_sub_goals_tool_and_explains_it() -> None:
+    base_only = QTSRetriever(encoder="tfidf").fit(DEMOS, TOOLS).rank(REQUEST)
+    model = make(ReplayPlanner({REQUEST: PLAN}))
+    ranking = model.rank(REQUEST)
+    top2 = {t.name for t in ranking.top(2, include_end=False)}
+    assert top2 == {"hotel_search", "flight_cancel"}
+    assert top2 != {
+        t.name for t in base_only.top(2, include_end=False)
+    }  # the request alone misses one
+    assert abs(ranking.probabilities.sum() - 1.0) < 1e-9
+    assert ranking.names[-1] == END_OF_PLAN
+    assert ranking.explanation["sub_goals"] == list(PLAN.sub_goals)
+    assert ranking.explanation["planner"] == "recorded plan"
+    why = ranking.why("flight_cancel")
+    assert "sub-goal 2 'Flight cancellation probability'" in why
+    assert "via query 'flight cancellation probability flight number' ranked it 1" in why
+    found = model.explain_tool(REQUEST, "hotel_search")
+    assert found == {
+        "tool": "hotel_search",
+        "rank": 1,
+        "source": "query",
+        "sub_goal": "Suggest hotels by amenities and reviews",
+        "query": "search hotels by city amenities reviews",
+    }
+
+
+def test_served_sub_goals_leave_the_fusion_at_later_steps() -> None:
+    model = make(ReplayPlanner({REQUEST: PLAN}))
+    first = model.rank(REQUEST)
+    later = model.rank(REQUEST, ["hotel_search"])
+    assert first.explanation["done_sub_goals"] == []
+    assert later.explanation["done_sub_goals"] == ["Suggest hotels by amenities and reviews"]
+    assert later.top(1, include_end=False)[0].name == "flight_cancel"
+    assert later.explanation["lists_fused"] == 2  # the flight query and the request
+    done = model.rank(REQUEST, ["hotel_search", "flight_cancel"])
+    assert done.explanation["lists_fused"] == 3  # every sub-goal served: all lists again
+
+
+def test_plans_are_cached_per_request_and_catalogue() -> None:
+    planner = CountingPlanner()
+    model = make(planner)
+    for history in ([], ["hotel_search"], ["hotel_search", "flight_cancel"]):
+        model.rank(REQUEST, history)
+    assert planner.calls == 1
+    model.set_tools([*TOOLS, {"name": "visa", "description": "visa requirements by country"}])
+    ranking = model.rank(REQUEST)
+    assert planner.calls == 2 and "visa" in ranking.names
+    assert model.base is not None and "visa" in model.base.tools_.names
+
+
+def test_rrf_option() -> None:
+    model = make(ReplayPlanner({REQUEST: PLAN}), fusion="rrf")
+    ranking = model.rank(REQUEST)
+    assert ranking.explanation["fusion"] == "rrf"
+    assert "rrf fusion" in ranking.why(ranking.top(1, include_end=False)[0].name)
+
+
+@pytest.mark.parametrize(
+    ("planner", "reason"),
+    [
+        (ReplayPlanner({}), "no recorded plan for this request"),
+        (CountingPlanner(Plan(REQUEST, (), ())), "names no sub-goal"),
+        (CountingPlanner(Plan(REQUEST, ("a goal",), ())), "no functional query"),
+        (CountingPlanner(error=RuntimeError("boom")), "RuntimeError: boom"),
+        (None, "no planner was given"),
+    ],
+)
+def test_planner_failures_fall_back_to_the_base_ranking(planner: Any, reason: str) -> None:
+    model = make(planner)
+    ranking = model.rank(REQUEST, ["weather"])
+    expected = model.base.rank(REQUEST, ["weather"])  # type: ignore[union-attr]
+    assert reason in ranking.explanation["planner_fallback"]
+    assert (
+        "used the base retriever's single-shot ranking" in ranking.explanation["planner_fallback"]
+    )
+    assert ranking.ranked_names() == expected.ranked_names()
+    assert np.allclose(ranking.probabilities, expected.probabilities)
+    assert model.explain_tool(REQUEST, "weather")["source"] == "fallback"
+
+
+class Scripted:
+    def __init__(self, answers: list[str]) -> None:
+        self.answers = answers
+        self.n = 0
+
+    def invoke(self, messages: list[tuple[str, str]]) -> str:
+        self.n += 1
+        return self.answers[min(self.n - 1, len(self.answers) - 1)]
+
+
+@pytest.mark.parametrize(
+    ("answers", "reason"),
+    [
+        (["%%%% garbage ###"], "no <sub_goals> block"),
+        (["<task_breakdown>stay</task_breakdown> hotels, flights"], "no <sub_goals> block"),
+        (["<sub_goals>[]</sub_goals>"], "names no sub-goal"),
+        ([PLAN_TEXT, "<stop_retrieval>"], "no functional query"),
+        ([PLAN_TEXT, ""], "empty query"),
+    ],
+)
+def test_malformed_chat_output_falls_back(answers: list[str], reason: str) -> None:
+    ranking = make(ChatPlanner(Scripted(answers))).rank(REQUEST)
+    assert reason in ranking.explanation["planner_fallback"]
+
+
+def test_more_turns_than_the_cap_keeps_the_queries_within_it() -> None:
+    chat = Scripted([PLAN_TEXT, "search hotels by city amenities reviews"])
+    ranking = make(ChatPlanner(chat, max_turns=3)).rank(REQUEST)
+    assert chat.n == 3
+    assert ranking.explanation["stopped"] == "turn_cap"
+    assert len(ranking.explanation["queries"]) == 2
+    assert "planner_fallback" not in ranking.explanation
+
+
+def test_planner_timeout_falls_back() -> None:
+    model = make(SlowPlanner(), timeout=0.2)
+    t0 = time.perf_counter()
+    ranking = model.rank(REQUEST)
+    assert time.perf_counter() - t0 < 0.9
+    assert (
+        "TimeoutError: planning took longer than 0.2 s" in ranking.explanation["planner_fallback"]
+    )
+    amodel = make(SlowPlanner(), timeout=0.2)
+    aranking = asyncio.run(amodel.arank(REQUEST))
+    assert "TimeoutError" in aranking.explanation["planner_fallback"]
+
+
+def test_arank_uses_the_async_planner_path() -> None:
+    planner = CountingPlanner()
+    model = make(planner)
+    ranking = asyncio.run(model.arank(REQUEST))
+    assert planner.acalls == 1
+    assert {t.name for t in ranking.top(2, include_end=False)} == {"hotel_search", "flight_cancel"}
+    model.rank(REQUEST)
+    assert planner.calls == 1  # aplan's call; the sync rank reused the cached plan
+
+
+def _server_planner(body: dict[str, Any]) -> dict[str, Any]:
+    turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+    queries = list(PLAN.queries)
+    if turn == 0:
+        return {"content": PLAN_TEXT}
+    return {"content": queries[turn - 1] if turn <= len(queries) else "<stop_retrieval>"}
+
+
+def test_live_planner_over_http_and_its_failures() -> None:
+    with OpenAIChatServer(_server_planner) as server:
+        chat = OpenAIChat("planner", base_url=server.base_url, max_retries=0, timeout=10)
+        ranking = make(ChatPlanner(chat)).rank(REQUEST)
+        assert {t.name for t in ranking.top(2, include_end=False)} == {
+            "hotel_search",
+            "flight_cancel",
+        }
+        assert ranking.explanation["planner"] == "chat model"
+        feedback = server.requests[2]["messages"][-1]["content"]
+        assert feedback.startswith("System retrieved tools for previous query:")
+        assert "1. hotel_search: search hotels by city amenities" in feedback
+
+        server.inject(500, times=5)
+        failed = make(ChatPlanner(chat)).rank(REQUEST)
+        assert "ChatModelError" in failed.explanation["planner_fallback"]
+        assert "500" in failed.explanation["planner_fallback"]
+
+    def slow(body: dict[str, Any]) -> dict[str, Any]:
+        return {"content": PLAN_TEXT, "delay": 2.0}
+
+    with OpenAIChatServer(slow) as server:
+        chat = OpenAIChat("planner", base_url=server.base_url, max_retries=0, timeout=0.3)
+        timed_out = make(ChatPlanner(chat)).rank(REQUEST)
+        assert "ChatModelError" in timed_out.explanation["planner_fallback"]
+
+
+def test_parameter_checks() -> None:
+    with pytest.raises(ValueError, match="needs a base retriever"):
+        ToolQPRetriever(planner=CountingPlanner()).fit(DEMOS, TOOLS)
+    with pytest.raises(ValueError, match="fusion must be one of"):
+        make(CountingPlanner(), fusion="mean")
+    with pytest.raises(ValueError, match="done_k"):
+        make(CountingPlanner(), done_k=0)
+    assert ToolQPRetriever.unavailable_reason(planner=None) is not None
+    assert "--plans FILE" in str(ToolQPRetriever.unavailable_reason())
+    assert ToolQPRetriever.unavailable_reason(planner=CountingPlanner()) is None
