@@ -8,10 +8,12 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -312,6 +314,35 @@ class TfidfEncoder:
         dense = np.asarray(tfidf @ self.components_.T) / row_norms[:, None]
         return _normalise(dense)
 
+    def words(self, text: str) -> list[str]:
+        """The words (unigram tokens, lower-cased) the vectoriser reads in `text`."""
+        return _WORD.findall(text.lower())
+
+    def known_fraction(self, texts: Sequence[str]) -> np.ndarray:
+        """Fraction of each text's words that are in the vocabulary (0.0 for no word).
+
+        A TF-IDF encoder sees only known words, so a request of unknown words embeds to
+        the zero vector (or to the few known words, e.g. "the"): its embedding cannot tell
+        it is out of distribution, but this fraction can (see `VocabularyCheck`).
+        """
+        if self.vocabulary_ is None:
+            raise NotFittedError("TfidfEncoder is not fitted: call fit(texts) first")
+        vocab = self._unigrams()
+        out = np.zeros(len(texts), dtype=np.float64)
+        for i, text in enumerate(texts):
+            words = self.words(text)
+            if words:
+                out[i] = sum(w in vocab for w in words) / len(words)
+        return out
+
+    def _unigrams(self) -> frozenset[str]:
+        cached: tuple[int, frozenset[str]] | None = getattr(self, "_unigram_cache", None)
+        if cached is None or cached[0] != id(self.vocabulary_):
+            vocab = frozenset(t for t in self.vocabulary_ or [] if " " not in t)
+            cached = (id(self.vocabulary_), vocab)
+            self._unigram_cache = cached
+        return cached[1]
+
     def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """Config and arrays for saving (no pickle)."""
         if self.components_ is None or self.idf_ is None:
@@ -350,6 +381,88 @@ class TfidfEncoder:
 
     def __repr__(self) -> str:
         return f"TfidfEncoder(dim={self.dim_requested})"
+
+
+_WORD = re.compile(r"(?u)\b\w+\b")
+
+
+@dataclass(frozen=True)
+class VocabularyCheck:
+    """Out-of-distribution test for encoders that only see known words (TF-IDF).
+
+    A request is out of distribution when the fraction of its words in the vocabulary is
+    below `threshold`, or when it has no known word at all. The threshold is calibrated on
+    the demonstrations by leaving each request out: a word counts as known for a request
+    only if another demonstration request or a tool description also uses it.
+
+    Attributes:
+        threshold: Smallest in-distribution fraction of known words.
+    """
+
+    threshold: float
+
+    @classmethod
+    def calibrate(
+        cls,
+        encoder: TfidfEncoder,
+        queries: Sequence[str],
+        tool_texts: Sequence[str],
+        quantile: float,
+    ) -> VocabularyCheck:
+        """The `1 - quantile` quantile of the held-out known-word fraction of `queries`."""
+        vocab = encoder._unigrams()
+        unique = list(dict.fromkeys(queries))
+        word_sets = [set(encoder.words(q)) for q in unique]
+        tool_words = {w for t in tool_texts for w in encoder.words(t)}
+        df: dict[str, int] = {}
+        for word_set in word_sets:
+            for w in word_set:
+                df[w] = df.get(w, 0) + 1
+        fractions = []
+        for query, own in zip(unique, word_sets, strict=True):
+            words = encoder.words(query)
+            if not words:
+                continue
+            known = [
+                w in vocab and (w in tool_words or df.get(w, 0) - (w in own) > 0) for w in words
+            ]
+            fractions.append(sum(known) / len(words))
+        if not fractions:
+            return cls(0.0)
+        return cls(float(np.quantile(fractions, 1.0 - quantile)))
+
+    @classmethod
+    def for_encoder(
+        cls,
+        encoder: Encoder | None,
+        queries: Sequence[str],
+        tool_texts: Sequence[str],
+        quantile: float | None,
+    ) -> VocabularyCheck | None:
+        """A calibrated check when `encoder` is a fitted TF-IDF encoder, else None."""
+        tfidf = tfidf_of(encoder)
+        if tfidf is None or quantile is None:
+            return None
+        return cls.calibrate(tfidf, queries, tool_texts, quantile)
+
+    def reason(self, encoder: Encoder | None, query: str) -> str | None:
+        """Why `query` is out of distribution, or None (None for a non-TF-IDF encoder)."""
+        tfidf = tfidf_of(encoder)
+        if tfidf is None:
+            return None
+        fraction = float(tfidf.known_fraction([query])[0])
+        if fraction > 0.0 and fraction >= self.threshold:
+            return None
+        return (
+            f"only {fraction:.0%} of the request's words are in the TF-IDF vocabulary "
+            f"(in-distribution requests: at least {self.threshold:.0%})"
+        )
+
+
+def tfidf_of(encoder: Encoder | None) -> TfidfEncoder | None:
+    """The TF-IDF encoder inside `encoder` (unwrapped from a cache), or None."""
+    inner = encoder.inner if isinstance(encoder, CachedEncoder) else encoder
+    return inner if isinstance(inner, TfidfEncoder) and inner.is_fitted else None
 
 
 def default_cache_dir() -> Path:

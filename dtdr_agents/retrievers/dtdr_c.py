@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from dtdr_agents.encoders import Encoder
+from dtdr_agents.encoders import Encoder, VocabularyCheck
 from dtdr_agents.errors import ModelLoadError
 from dtdr_agents.retrievers.base import Scores, ToolRetriever
 from dtdr_agents.retrievers.markov import GLOBAL, UNSEEN, MarkovTables, history_key
@@ -127,6 +127,9 @@ class DTDRC(ToolRetriever):
             if self.ood_quantile is not None and len(demos) > 1:
                 dist = _loo_centroid_distances(queries, labels, self.centroids_)
                 self.ood_threshold_ = float(np.quantile(dist, self.ood_quantile))
+        self.vocab_check_ = VocabularyCheck.for_encoder(
+            self.encoder_, [d.query for d in demos], [t.text() for t in tools], self.ood_quantile
+        )
         self.n_clusters_ = len(self.centroids_)
         self._centroid_sq = (self.centroids_**2).sum(axis=1)
         self.cluster_sizes_ = np.bincount(labels, minlength=self.n_clusters_)
@@ -187,10 +190,19 @@ class DTDRC(ToolRetriever):
                 f"query is {distance:.3f} from its cluster centroid, beyond the "
                 f"{self.ood_quantile:.0%} quantile of demonstrations ({self.ood_threshold_:.3f})"
             )
+        if ood is None and self.vocab_check_ is not None:
+            ood = self._memo(query, "vocabulary", self._vocabulary_reason)
         return Scores(probs, explanation, ood)
 
+    def _vocabulary_reason(self, query: str) -> str | None:
+        return None if self.vocab_check_ is None else self.vocab_check_.reason(self.encoder_, query)
+
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        state = {"n_clusters": self.n_clusters_, "ood_threshold": self.ood_threshold_}
+        state = {
+            "n_clusters": self.n_clusters_,
+            "ood_threshold": self.ood_threshold_,
+            "vocab_threshold": None if self.vocab_check_ is None else self.vocab_check_.threshold,
+        }
         arrays = {"centroids": self.centroids_, "cluster_sizes": self.cluster_sizes_}
         arrays.update(self.tables_.to_arrays())
         return state, arrays
@@ -200,6 +212,8 @@ class DTDRC(ToolRetriever):
             self.n_clusters_ = int(state["n_clusters"])
             thr = state["ood_threshold"]
             self.ood_threshold_ = None if thr is None else float(thr)
+            vocab = state.get("vocab_threshold")
+            self.vocab_check_ = None if vocab is None else VocabularyCheck(float(vocab))
             self.centroids_ = np.asarray(arrays["centroids"], dtype=np.float64)
             self.cluster_sizes_ = np.asarray(arrays["cluster_sizes"], dtype=np.int64)
         except (KeyError, TypeError, ValueError) as exc:

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from dtdr_agents.encoders import Encoder, TokenLimited, token_limit
+from dtdr_agents.encoders import Encoder, TokenLimited, VocabularyCheck, token_limit
 from dtdr_agents.errors import ModelLoadError
 from dtdr_agents.retrievers.base import Scores, ToolRetriever, softmax
 from dtdr_agents.types import END_OF_PLAN, Demonstration, Toolset
@@ -299,6 +299,9 @@ class DTDRL(ToolRetriever):
         # The request decides whether we are out of distribution: statistics of query embeddings.
         assert self.encoder_ is not None
         self._fit_ood(self.encoder_.encode(list(dict.fromkeys(d.query for d in demos))))
+        self.vocab_check_ = VocabularyCheck.for_encoder(
+            self.encoder_, [d.query for d in demos], [t.text() for t in tools], self.ood_quantile
+        )
 
     def _fit_ood(self, feats: np.ndarray) -> None:
         """Mahalanobis OOD detector: covariance on 80% of inputs, threshold on the other 20%."""
@@ -328,6 +331,9 @@ class DTDRL(ToolRetriever):
         return out
 
     def _ood_reason(self, query: str) -> str | None:
+        vocab_check: VocabularyCheck | None = getattr(self, "vocab_check_", None)
+        if vocab_check is not None and (reason := vocab_check.reason(self.encoder_, query)):
+            return reason
         if self.ood_threshold_ is None:
             return None
         dist = float(self._mahalanobis(self._query_vector(query))[0])
@@ -355,7 +361,8 @@ class DTDRL(ToolRetriever):
         if self.ood_mean_ is not None and self.ood_precision_ is not None:
             arrays["ood_mean"] = self.ood_mean_
             arrays["ood_precision"] = self.ood_precision_
-        return {"ood_threshold": self.ood_threshold_}, arrays
+        vocab = None if self.vocab_check_ is None else self.vocab_check_.threshold
+        return {"ood_threshold": self.ood_threshold_, "vocab_threshold": vocab}, arrays
 
     def _set_state(self, state: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
         try:
@@ -367,6 +374,8 @@ class DTDRL(ToolRetriever):
         if self.weight_.shape[0] != len(self.labels_) or self.bias_.shape != (len(self.labels_),):
             raise ModelLoadError("corrupt DTDR-L state: weight shape does not match the catalogue")
         self.ood_threshold_ = None if thr is None else float(thr)
+        vocab = state.get("vocab_threshold")
+        self.vocab_check_ = None if vocab is None else VocabularyCheck(float(vocab))
         self.ood_mean_ = np.asarray(arrays["ood_mean"]) if "ood_mean" in arrays else None
         self.ood_precision_ = (
             np.asarray(arrays["ood_precision"]) if "ood_precision" in arrays else None
