@@ -484,15 +484,27 @@ class CachedEncoder:
         inner: The encoder to cache.
         cache_dir: Folder of the on-disk cache, or None for memory only.
         max_items: In-process cache size (least recently used texts are dropped).
+        max_bytes: In-process cache memory bound (vectors and keys; texts longer than
+            `LONG_TEXT` characters are kept as a 32-byte digest, not the text).
     """
 
+    LONG_TEXT = 256
+    """Texts longer than this are remembered by their SHA-256 digest."""
+
     def __init__(
-        self, inner: Encoder, *, cache_dir: str | Path | None = None, max_items: int = 200_000
+        self,
+        inner: Encoder,
+        *,
+        cache_dir: str | Path | None = None,
+        max_items: int = 200_000,
+        max_bytes: int = 128 * 2**20,
     ) -> None:
         self.inner = inner
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.max_items = max_items
-        self._memory: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.max_bytes = max_bytes
+        self._memory: OrderedDict[str | bytes, np.ndarray] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         self.hits = 0
@@ -528,17 +540,31 @@ class CachedEncoder:
     def _key(text: str) -> str:
         return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
+    @classmethod
+    def _memory_key(cls, text: str) -> str | bytes:
+        return text if len(text) <= cls.LONG_TEXT else hashlib.sha256(text.encode()).digest()
+
+    @staticmethod
+    def _entry_bytes(key: str | bytes, vec: np.ndarray) -> int:
+        return len(key) + int(vec.nbytes) + 64
+
+    @property
+    def memory_bytes(self) -> int:
+        """Approximate bytes held by the in-process cache (keys and vectors)."""
+        return self._bytes
+
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Embed `texts`, computing only those not cached."""
         with self._lock:
             found: dict[str, np.ndarray] = {}
             missing: list[str] = []
             for text in dict.fromkeys(texts):
-                vec = self._memory.get(text)
+                key = self._memory_key(text)
+                vec = self._memory.get(key)
                 if vec is None:
                     missing.append(text)
                 else:
-                    self._memory.move_to_end(text)
+                    self._memory.move_to_end(key)
                     found[text] = vec
             self.hits += len(found)
             if missing:
@@ -551,9 +577,15 @@ class CachedEncoder:
                     found.update(new)
                     self._to_disk(new)
                 for text in missing:
-                    self._memory[text] = found[text]
-                while len(self._memory) > self.max_items:
-                    self._memory.popitem(last=False)
+                    key = self._memory_key(text)
+                    if key not in self._memory:
+                        self._bytes += self._entry_bytes(key, found[text])
+                    self._memory[key] = found[text]
+                while self._memory and (
+                    len(self._memory) > self.max_items or self._bytes > self.max_bytes
+                ):
+                    old_key, old_vec = self._memory.popitem(last=False)
+                    self._bytes -= self._entry_bytes(old_key, old_vec)
             if not texts:
                 return np.zeros((0, self.dim), dtype=np.float32)
             return np.stack([found[t] for t in texts]).astype(np.float32, copy=False)
