@@ -27,7 +27,6 @@ from dtdr_agents.errors import (
 from dtdr_agents.retrievers import (
     DTDRC,
     DTDRL,
-    RETRIEVERS,
     BM25Retriever,
     GraphToolCallRetriever,
     LessIsMoreRetriever,
@@ -37,7 +36,9 @@ from dtdr_agents.retrievers import (
     StaticLR,
     ToolGraphRetriever,
     ToolRetriever,
+    load_retriever,
     make_retriever,
+    retriever_ids,
 )
 from dtdr_agents.selection import Selection, SelectionPolicy, select
 from dtdr_agents.types import (
@@ -54,7 +55,6 @@ __all__ = [
     "DTDRC",
     "DTDRL",
     "END_OF_PLAN",
-    "RETRIEVERS",
     "BM25Retriever",
     "CachedEncoder",
     "DTDRError",
@@ -86,6 +86,8 @@ __all__ = [
     "UnknownToolError",
     "__version__",
     "get_encoder",
+    "load_retriever",
     "make_retriever",
+    "retriever_ids",
     "select",
 ]

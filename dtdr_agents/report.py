@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dtdr_agents.atomic import atomic_write_text
 from dtdr_agents.evaluation import EvalResult
-from dtdr_agents.persistence import atomic_write_text
 
 DEMO_COLUMNS = ("mrr", "top1", "f1", "ms_per_step", "fit_s")
 BENCH_COLUMNS = (
@@ -118,3 +118,34 @@ def build_report(
 def write_json(path: str | Path, data: Mapping[str, Any]) -> Path:
     """Write a JSON report atomically."""
     return atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+ABLATION_TITLES = (
+    ("history_length", "history length"),
+    ("n_clusters", "k-means clusters"),
+    ("n_demos", "demonstrations"),
+)
+"""The ablations of a bench report (the DTDR paper's Figure 6), with their titles."""
+
+
+def format_report_markdown(report: Mapping[str, Any]) -> str:
+    """A bench JSON report as Markdown: a header line, the results and the ablations."""
+    lines = [
+        f"{report['dataset']}: {report['n_train']} demonstrations, {report['n_test']} test "
+        f"plans, {report['n_steps']} steps, encoder {report['encoder']}",
+        "",
+        format_markdown(report),
+    ]
+    ablations = report.get("ablations") or {}
+    for key, title in ABLATION_TITLES:
+        rows = ablations.get(key) or {}
+        if not rows:
+            continue
+        ids = sorted({rid for values in rows.values() for rid in values})
+        lines += ["", f"MRR by {title}:", ""]
+        lines.append(f"| {title} | " + " | ".join(ids) + " |")
+        lines.append("|---:|" + "---:|" * len(ids))
+        for x, values in rows.items():
+            cells = [f"{values[i]:.3f}" if i in values else "-" for i in ids]
+            lines.append(f"| {x} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -13,7 +13,7 @@ from dtdr_agents.datasets.synthetic import make_demo_dataset
 from dtdr_agents.encoders import get_encoder
 from dtdr_agents.errors import ChatModelError, NotFittedError
 from dtdr_agents.evaluation import evaluate
-from dtdr_agents.retrievers import RETRIEVER_CLASSES, ToolRetriever, make_retriever
+from dtdr_agents.retrievers import ToolRetriever, class_by_name, make_retriever
 from dtdr_agents.retrievers.baselines import (
     BM25Retriever,
     LessIsMoreRetriever,
@@ -95,7 +95,7 @@ def test_registered() -> None:
         LessIsMoreRetriever,
         GraphToolCallRetriever,
     ):
-        assert RETRIEVER_CLASSES[cls.__name__] is cls
+        assert class_by_name(cls.__name__) is cls
     assert {type(make_retriever(rid)).retriever_id for rid in IDS} == set(IDS)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dtdr_agents import DTDRC, DTDRL, ModelLoadError, Tool, Toolset
-from dtdr_agents.persistence import load_retriever
+from dtdr_agents.retrievers import load_retriever
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,16 @@
-"""Tool retrievers: DTDR-C, DTDR-L and the baselines of the DTDR paper."""
+"""Tool retrievers: DTDR-C, DTDR-L, the baselines of the DTDR paper and composites.
+
+Every module of this package is imported here, so a retriever class defined in a new module
+registers itself (see `dtdr_agents.retrievers.registry`); `make_retriever`, the CLI, the bench
+and the contract tests read the registry.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+import pkgutil
 
-from dtdr_agents.retrievers.base import Scores, ToolRetriever
+from dtdr_agents.retrievers.base import Scores, ToolRetriever, load_retriever, save_retriever
 from dtdr_agents.retrievers.baselines import (
     BM25Retriever,
     LessIsMoreRetriever,
@@ -12,64 +18,29 @@ from dtdr_agents.retrievers.baselines import (
     RandomRetriever,
     ToolGraphRetriever,
 )
+from dtdr_agents.retrievers.composite import CompositeRetriever
 from dtdr_agents.retrievers.dtdr_c import DTDRC, StaticDR
 from dtdr_agents.retrievers.linear import DTDRL, StaticLR
 from dtdr_agents.retrievers.peer import GraphToolCallRetriever
+from dtdr_agents.retrievers.registry import (
+    class_by_name,
+    composite_ids,
+    default_bench_ids,
+    make_retriever,
+    registered_classes,
+    retriever_ids,
+)
 
-RETRIEVER_CLASSES: dict[str, type[ToolRetriever]] = {
-    cls.__name__: cls
-    for cls in (
-        DTDRC,
-        StaticDR,
-        DTDRL,
-        StaticLR,
-        RandomRetriever,
-        BM25Retriever,
-        QTSRetriever,
-        ToolGraphRetriever,
-        LessIsMoreRetriever,
-        GraphToolCallRetriever,
-    )
-}
-"""Class name -> class, used when loading saved models."""
-
-RETRIEVERS: dict[str, type[ToolRetriever]] = {
-    cls.retriever_id: cls for cls in RETRIEVER_CLASSES.values()
-}
-"""Retriever id (as on the command line) -> class."""
-
-VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    "dtdr-l-s": ("dtdr-l", {"history": "structured"}),
-    "dtdr-c-paper": ("dtdr-c", {"backoff": False}),
-}
-"""Named variants: id -> (base id, parameters). `dtdr-l-s` encodes the query once and
-represents the history structurally; `dtdr-c-paper` has no backoff (an unseen key is uniform)."""
-
-
-def retriever_ids() -> list[str]:
-    """Every id `make_retriever` accepts."""
-    return sorted({*RETRIEVERS, *VARIANTS})
-
-
-def make_retriever(retriever_id: str, **params: Any) -> ToolRetriever:
-    """Build an unfitted retriever from its id ("dtdr-c", "dtdr-l", "dr", "lr", "dtdr-l-s", ...)."""
-    base_id, preset = VARIANTS.get(retriever_id, (retriever_id, {}))
-    try:
-        cls = RETRIEVERS[base_id]
-    except KeyError:
-        raise ValueError(
-            f"unknown retriever {retriever_id!r}; choose one of {retriever_ids()}"
-        ) from None
-    return cls(**{**preset, **params})
+for _module in pkgutil.iter_modules(__path__):
+    if not _module.name.startswith("_"):
+        importlib.import_module(f"{__name__}.{_module.name}")
 
 
 __all__ = [
     "DTDRC",
     "DTDRL",
-    "RETRIEVERS",
-    "RETRIEVER_CLASSES",
-    "VARIANTS",
     "BM25Retriever",
+    "CompositeRetriever",
     "GraphToolCallRetriever",
     "LessIsMoreRetriever",
     "QTSRetriever",
@@ -79,6 +50,12 @@ __all__ = [
     "StaticLR",
     "ToolGraphRetriever",
     "ToolRetriever",
+    "class_by_name",
+    "composite_ids",
+    "default_bench_ids",
+    "load_retriever",
     "make_retriever",
+    "registered_classes",
     "retriever_ids",
+    "save_retriever",
 ]

@@ -18,12 +18,32 @@ from typing import Any, ClassVar, Self, TypeVar
 
 import numpy as np
 
-from dtdr_agents.encoders import Encoder, FittableEncoder, encoder_spec, get_encoder
+from dtdr_agents._version import __version__
+from dtdr_agents.encoders import (
+    Encoder,
+    FittableEncoder,
+    TfidfEncoder,
+    encoder_spec,
+    get_encoder,
+)
 from dtdr_agents.errors import (
+    DTDRError,
     InvalidDemonstrationError,
+    ModelLoadError,
     NotFittedError,
     UnknownToolError,
 )
+from dtdr_agents.persistence import (
+    FORMAT,
+    FORMAT_VERSION,
+    SavedModel,
+    arrays_path,
+    child_arrays,
+    manifest_path,
+    read_model,
+    write_model,
+)
+from dtdr_agents.retrievers.registry import class_by_name, register
 from dtdr_agents.types import END_OF_PLAN, Demonstration, Ranking, Toolset, as_history
 
 T = TypeVar("T")
@@ -43,13 +63,19 @@ class Scores:
 
     Attributes:
         probabilities: One value per fitted label (fit catalogue, then end-of-plan); sums to 1.
+            With `over_current`, one value per tool of the current catalogue, then end-of-plan
+            (composites, which rank over their base's current catalogue).
         explanation: Method, cluster, Markov key, backoff level, ...
         ood_reason: Why the query looks out of distribution, or None.
+        over_current: Whether `probabilities` are over the current catalogue already.
+        notes: Per-tool reasons to show in the ranking (`Ranking.why`).
     """
 
     probabilities: np.ndarray
     explanation: dict[str, Any] = field(default_factory=dict)
     ood_reason: str | None = None
+    over_current: bool = False
+    notes: dict[str, str] = field(default_factory=dict)
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -68,7 +94,19 @@ class ToolRetriever(ABC):
     """
 
     retriever_id: ClassVar[str] = ""
-    """Registry id, e.g. "dtdr-c"."""
+    """Registry id, e.g. "dtdr-c"; a class with an id registers itself when defined."""
+    variants: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    """Named variants of this class: id -> preset parameters (read from the class itself only)."""
+    bench_default: ClassVar[bool] = False
+    """Whether `dtdr-agents bench` runs this class's id when no ids are given."""
+    bench_variants: ClassVar[tuple[str, ...]] = ()
+    """Which of this class's variants the bench runs by default."""
+    composite: ClassVar[bool] = False
+    """True for a retriever that wraps another (its `base` parameter): id "outer:base"."""
+    default_base: ClassVar[str] = ""
+    """A composite's base id when none is given."""
+    runtime_params: ClassVar[tuple[str, ...]] = ()
+    """Parameters that are not saved (chat models, planners); pass them again to `load`."""
     uses_history: ClassVar[bool] = True
     """False for query-only retrievers, which rank once per query (DTDR paper, Algorithm 7)."""
     uses_encoder: ClassVar[bool] = True
@@ -76,6 +114,10 @@ class ToolRetriever(ABC):
 
     encoder: str | Encoder | None
     prior_weight: float
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        register(cls)
 
     # ----------------------------------------------------------------- sklearn-style params
     @classmethod
@@ -104,6 +146,21 @@ class ToolRetriever(ABC):
             if default is inspect.Parameter.empty or value != default:
                 shown.append(f"{name}={value!r}")
         return f"{type(self).__name__}({', '.join(shown)})"
+
+    def parts(self) -> dict[str, ToolRetriever]:
+        """Retrievers nested in this one, by parameter name (a composite's "base").
+
+        They are saved in sub-folders of this retriever's folder and restored by `load`.
+        """
+        return {k: v for k, v in self.get_params().items() if isinstance(v, ToolRetriever)}
+
+    @classmethod
+    def example_params(cls) -> dict[str, Any]:
+        """Parameters that let this class run offline in tests and examples (e.g. a planner).
+
+        The shared contract test builds every registered id with them.
+        """
+        return {}
 
     @classmethod
     def unavailable_reason(cls, **params: Any) -> str | None:
@@ -275,7 +332,17 @@ class ToolRetriever(ABC):
             raise ValueError("query must be a non-empty string")
         hist = self._validate_history(as_history(history), ignore_unknown)
         scores = self._score(query, hist)
-        probs, notes = self._to_catalogue(query, scores.probabilities)
+        if scores.over_current:
+            probs = np.asarray(scores.probabilities, dtype=np.float64)
+            notes: dict[str, str] = {}
+            if probs.shape != (len(self._names),):
+                raise RuntimeError(
+                    f"{type(self).__name__}._score returned {probs.shape[0]} probabilities "
+                    f"for {len(self._names)} current labels"
+                )
+        else:
+            probs, notes = self._to_catalogue(query, scores.probabilities)
+        notes = {**scores.notes, **notes}
         explanation = {"method": self.retriever_id or type(self).__name__, **scores.explanation}
         return Ranking(
             names=self._names,
@@ -321,11 +388,63 @@ class ToolRetriever(ABC):
     ) -> None:
         """Restore what `_state` returned (for `load`)."""
 
-    def save(self, path: str | Path) -> Path:
-        """Save the fitted retriever to a folder of JSON and safetensors (atomic, no pickle)."""
-        from dtdr_agents.persistence import save_retriever
+    def _set_parts(  # noqa: B027 - optional hook, a no-op for retrievers without parts
+        self, parts: Mapping[str, ToolRetriever]
+    ) -> None:
+        """Restore the fitted nested retrievers that `parts` returned (for `load`)."""
 
-        return save_retriever(self, path)
+    def _json_params(self) -> dict[str, Any]:
+        """Constructor parameters as saved: nested retrievers and runtime objects left out."""
+        params = {
+            k: v
+            for k, v in self.get_params().items()
+            if k not in self.runtime_params and not isinstance(v, ToolRetriever)
+        }
+        encoder = params.get("encoder")
+        if encoder is not None and not isinstance(encoder, str):
+            params["encoder"] = encoder_spec(encoder)
+        return params
+
+    def to_saved(self) -> SavedModel:
+        """The fitted retriever as a `SavedModel` (manifest, arrays, nested retrievers)."""
+        self._check_fitted()
+        state, model_arrays = self._state()
+        arrays = {f"model/{k}": v for k, v in model_arrays.items()}
+        encoder_info: dict[str, Any] | None = None
+        if self.encoder_ is not None and self.uses_encoder:  # a composite's is its base's
+            encoder_info = {"id": self.encoder_.id, "spec": encoder_spec(self.encoder_)}
+            inner = getattr(self.encoder_, "inner", self.encoder_)
+            if isinstance(inner, FittableEncoder):
+                enc_config, enc_arrays = inner.state()
+                encoder_info["state"] = enc_config
+                arrays.update({f"encoder/{k}": v for k, v in enc_arrays.items()})
+        if self.tool_embeddings_ is not None and self.uses_encoder:
+            arrays["tool_embeddings"] = self.tool_embeddings_
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "package_version": __version__,
+            "class": type(self).__name__,
+            "retriever_id": self.retriever_id,
+            "params": self._json_params(),
+            "runtime_params": list(self.runtime_params),
+            "encoder": encoder_info,
+            "catalogue_hash": self.fit_tools_.catalogue_hash,
+            "tools": self.fit_tools_.to_list(),
+            "current_tools": None if self.tools_ == self.fit_tools_ else self.tools_.to_list(),
+            "end_rate": self.end_rate_,
+            "state": state,
+        }
+        children = {name: part.to_saved() for name, part in self.parts().items()}
+        return SavedModel(manifest, arrays, children)
+
+    def save(self, path: str | Path) -> Path:
+        """Save the fitted retriever to a folder of JSON and safetensors (atomic, no pickle).
+
+        A composite's nested retrievers are saved in sub-folders named after their parameter
+        (`base/`), in the same atomic write.
+        """
+        return write_model(path, self.to_saved())
 
     @classmethod
     def load(
@@ -336,27 +455,158 @@ class ToolRetriever(ABC):
         encoder: str | Encoder | None = None,
         allow_catalogue_change: bool = False,
         allow_encoder_change: bool = False,
+        params: Mapping[str, Any] | None = None,
     ) -> ToolRetriever:
-        """Load a retriever saved with `save` (see `dtdr_agents.persistence.load_retriever`)."""
-        from dtdr_agents.persistence import load_retriever
-
+        """Load a retriever saved with `save` (see `load_retriever`)."""
         model = load_retriever(
             path,
             tools=tools,
             encoder=encoder,
             allow_catalogue_change=allow_catalogue_change,
             allow_encoder_change=allow_encoder_change,
+            params=params,
         )
         if not isinstance(model, cls):
             raise TypeError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
         return model
 
-    def _json_params(self) -> dict[str, Any]:
-        params = self.get_params()
-        if (
-            "encoder" in params
-            and params["encoder"] is not None
-            and not isinstance(params["encoder"], str)
-        ):
-            params["encoder"] = encoder_spec(params["encoder"])
-        return params
+
+def save_retriever(retriever: ToolRetriever, path: str | Path) -> Path:
+    """Save a fitted retriever to the folder `path` (same as `retriever.save(path)`)."""
+    return retriever.save(path)
+
+
+def load_retriever(
+    path: str | Path,
+    *,
+    tools: Toolset | Iterable[Any] | None = None,
+    encoder: str | Encoder | None = None,
+    allow_catalogue_change: bool = False,
+    allow_encoder_change: bool = False,
+    params: Mapping[str, Any] | None = None,
+) -> ToolRetriever:
+    """Load a retriever written by `save`, nested retrievers included.
+
+    Args:
+        path: The model folder.
+        tools: The catalogue you will rank over. If its hash differs from the fitted one,
+            loading fails unless `allow_catalogue_change` (then new tools use the prior and
+            removed tools are never returned).
+        encoder: Encoder to use instead of the recorded one; its id must match unless
+            `allow_encoder_change`.
+        allow_catalogue_change: Accept a catalogue that differs from the fitted one.
+        allow_encoder_change: Accept an encoder whose id differs from the recorded one.
+        params: Constructor parameters that are not saved (a class's `runtime_params`, such
+            as a chat model or a planner); each reaches every retriever of the tree that
+            declares it.
+
+    Raises:
+        ModelLoadError: Naming the file and field on a missing, corrupt or mismatched folder.
+    """
+    return _restore(
+        read_model(path),
+        tools=tools,
+        encoder=encoder,
+        allow_catalogue_change=allow_catalogue_change,
+        allow_encoder_change=allow_encoder_change,
+        params=dict(params or {}),
+    )
+
+
+def _restore(
+    saved: SavedModel,
+    *,
+    tools: Toolset | Iterable[Any] | None,
+    encoder: str | Encoder | None,
+    allow_catalogue_change: bool,
+    allow_encoder_change: bool,
+    params: Mapping[str, Any],
+) -> ToolRetriever:
+    manifest, arrays = saved.manifest, saved.arrays
+    where = manifest_path(saved)
+    cls = class_by_name(str(manifest["class"]))
+    if cls is None:
+        raise ModelLoadError(
+            f"{where}: field 'class' is {manifest['class']!r}, not a known retriever"
+        )
+    if not isinstance(manifest["params"], dict):
+        raise ModelLoadError(f"{where}: field 'params' is not an object")
+    try:
+        fit_tools = Toolset(manifest["tools"])
+    except DTDRError as exc:
+        raise ModelLoadError(f"{where}: field 'tools' is invalid: {exc}") from exc
+    if fit_tools.catalogue_hash != manifest["catalogue_hash"]:
+        raise ModelLoadError(
+            f"{where}: field 'catalogue_hash' does not match field 'tools' (edited?)"
+        )
+    parts = {
+        name: _restore(
+            child,
+            tools=tools,
+            encoder=encoder,
+            allow_catalogue_change=allow_catalogue_change,
+            allow_encoder_change=allow_encoder_change,
+            params=params,
+        )
+        for name, child in saved.children.items()
+    }
+    accepted = {p for p in inspect.signature(cls.__init__).parameters if p != "self"}
+    kwargs = dict(manifest["params"])
+    kwargs.update({k: v for k, v in parts.items() if k in accepted})
+    kwargs.update({k: v for k, v in params.items() if k in cls.runtime_params and k in accepted})
+    try:
+        retriever = cls(**kwargs)
+    except TypeError as exc:
+        raise ModelLoadError(f"{where}: field 'params' does not fit {cls.__name__}: {exc}") from exc
+
+    retriever.fit_tools_ = fit_tools
+    retriever.labels_ = (*fit_tools.names, END_OF_PLAN)
+    retriever._label_index = {n: i for i, n in enumerate(retriever.labels_)}
+    retriever.end_rate_ = float(manifest.get("end_rate", 0.0))
+    retriever.encoder_ = _restore_encoder(manifest, arrays, encoder, allow_encoder_change, where)
+    retriever.tool_embeddings_ = arrays.get("tool_embeddings")
+    if retriever.tool_embeddings_ is not None and len(retriever.tool_embeddings_) != len(fit_tools):
+        raise ModelLoadError(
+            f"{arrays_path(saved)}: 'tool_embeddings' has the wrong number of rows"
+        )
+    retriever._set_parts(parts)
+    retriever._set_state(manifest["state"], child_arrays(arrays, "model"))
+    retriever._fitted = True
+
+    current = manifest.get("current_tools")
+    target = Toolset(current) if current else fit_tools
+    if tools is not None:
+        given = tools if isinstance(tools, Toolset) else Toolset(tools)
+        if given.catalogue_hash != fit_tools.catalogue_hash and not allow_catalogue_change:
+            raise ModelLoadError(
+                f"{saved.folder}: the model was fitted on another tool catalogue (hash "
+                f"{fit_tools.catalogue_hash}, given {given.catalogue_hash}); pass "
+                "allow_catalogue_change=True to rank over the new catalogue anyway"
+            )
+        target = given
+    retriever.set_tools(target)
+    return retriever
+
+
+def _restore_encoder(
+    manifest: Mapping[str, Any],
+    arrays: Mapping[str, np.ndarray],
+    encoder: str | Encoder | None,
+    allow_change: bool,
+    where: Path,
+) -> Encoder | None:
+    info = manifest.get("encoder")
+    if info is None:
+        return None
+    if "state" in info:  # a fitted TF-IDF encoder travels with the model
+        saved: Encoder = TfidfEncoder.from_state(info["state"], child_arrays(arrays, "encoder"))
+        resolved = saved if encoder is None else get_encoder(encoder)
+    else:
+        resolved = get_encoder(encoder if encoder is not None else info.get("spec"))
+        saved = resolved
+    if (resolved.id != info.get("id") or saved.id != info.get("id")) and not allow_change:
+        raise ModelLoadError(
+            f"{where}: the model was fitted with encoder {info.get('id')!r} but "
+            f"{resolved.id!r} was given; pass allow_encoder_change=True to use it anyway"
+        )
+    return resolved

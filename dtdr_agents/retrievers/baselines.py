@@ -88,6 +88,7 @@ class RandomRetriever(ToolRetriever):
     """
 
     retriever_id: ClassVar[str] = "random"
+    bench_default: ClassVar[bool] = True
     uses_encoder: ClassVar[bool] = False
 
     def __init__(self, *, prior_weight: float = 0.1, seed: int = 0) -> None:
@@ -151,6 +152,7 @@ class BM25Retriever(ToolRetriever):
     """
 
     retriever_id: ClassVar[str] = "bm25"
+    bench_default: ClassVar[bool] = True
     uses_history: ClassVar[bool] = False
     uses_encoder: ClassVar[bool] = False
 
@@ -316,6 +318,7 @@ class QTSRetriever(_SimilarityRetriever):
     """
 
     retriever_id: ClassVar[str] = "qts"
+    bench_default: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -421,6 +424,7 @@ class ToolGraphRetriever(_SimilarityRetriever):
     """
 
     retriever_id: ClassVar[str] = "tgr"
+    bench_default: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -610,6 +614,8 @@ class LessIsMoreRetriever(_SimilarityRetriever):
     """
 
     retriever_id: ClassVar[str] = "lim"
+    bench_default: ClassVar[bool] = True
+    runtime_params: ClassVar[tuple[str, ...]] = ("chat_model",)
 
     def __init__(
         self,
@@ -688,11 +694,6 @@ class LessIsMoreRetriever(_SimilarityRetriever):
         self._require_chat_model()
         return super()._score(query, history)
 
-    def _json_params(self) -> dict[str, Any]:
-        params = super()._json_params()
-        params.pop("chat_model", None)  # not serialisable: load(path, chat_model=...) restores
-        return params
-
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         model = self.chat_model
         return {"chat_model": None if model is None else repr(model)[:200]}, {}
@@ -710,12 +711,14 @@ class LessIsMoreRetriever(_SimilarityRetriever):
         encoder: str | Encoder | None = None,
         allow_catalogue_change: bool = False,
         allow_encoder_change: bool = False,
+        params: Mapping[str, Any] | None = None,
     ) -> LessIsMoreRetriever:
         """Load a saved Less-is-More retriever; `chat_model` is required (it is not saved).
 
         Raises:
             ChatModelError: If `chat_model` is None.
         """
+        chat_model = chat_model or (params or {}).get("chat_model")
         if chat_model is None:
             raise ChatModelError(
                 "LessIsMoreRetriever.load needs chat_model=...: a chat model is not saved "
@@ -727,9 +730,9 @@ class LessIsMoreRetriever(_SimilarityRetriever):
             encoder=encoder,
             allow_catalogue_change=allow_catalogue_change,
             allow_encoder_change=allow_encoder_change,
+            params={**(params or {}), "chat_model": chat_model},
         )
         assert isinstance(model, LessIsMoreRetriever)
-        model.chat_model = chat_model
         return model
 
 

@@ -63,6 +63,9 @@ class DTDRC(ToolRetriever):
     """
 
     retriever_id: ClassVar[str] = "dtdr-c"
+    bench_default: ClassVar[bool] = True
+    variants: ClassVar[Mapping[str, Mapping[str, Any]]] = {"dtdr-c-paper": {"backoff": False}}
+    """`dtdr-c-paper`: no backoff, as in the paper (an unseen history key is uniform)."""
 
     def __init__(
         self,
@@ -233,6 +236,7 @@ class StaticDR(DTDRC):
     """
 
     retriever_id: ClassVar[str] = "dr"
+    bench_default: ClassVar[bool] = True
 
     def __init__(
         self,

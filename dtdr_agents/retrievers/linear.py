@@ -185,6 +185,10 @@ class DTDRL(ToolRetriever):
     """
 
     retriever_id: ClassVar[str] = "dtdr-l"
+    bench_default: ClassVar[bool] = True
+    variants: ClassVar[Mapping[str, Mapping[str, Any]]] = {"dtdr-l-s": {"history": "structured"}}
+    """`dtdr-l-s`: the query is encoded once and the history represented structurally."""
+    bench_variants: ClassVar[tuple[str, ...]] = ("dtdr-l-s",)
     per_query_targets: ClassVar[bool] = False
 
     def __init__(
@@ -392,6 +396,7 @@ class StaticLR(DTDRL):
     """
 
     retriever_id: ClassVar[str] = "lr"
+    bench_default: ClassVar[bool] = True
     uses_history: ClassVar[bool] = False
     per_query_targets: ClassVar[bool] = True
 

@@ -1,0 +1,53 @@
+"""The `dtdr-agents` command line. All argparse code lives in this package.
+
+Each command group is a module here with `add_commands(subparsers)`; its commands call library
+code (`dtdr_agents.bench`, `dtdr_agents.report`, ...). A new group is one module plus one entry
+in `GROUPS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from dtdr_agents._version import __version__
+from dtdr_agents.cli._common import CLIError
+from dtdr_agents.errors import DTDRError
+
+GROUPS = (
+    "dtdr_agents.cli.core",  # demo, fit, rank, speed
+    "dtdr_agents.cli.bench",  # bench, stats, report
+)
+"""Modules that add commands, in help order."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of `dtdr-agents`."""
+    parser = argparse.ArgumentParser(
+        prog="dtdr-agents",
+        description="Dynamic tool retrieval for tool-calling agents (DTDR-C, DTDR-L, baselines).",
+    )
+    parser.add_argument("--version", action="version", version=f"dtdr-agents {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in GROUPS:
+        importlib.import_module(name).add_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `dtdr-agents` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except DTDRError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+__all__ = ["GROUPS", "CLIError", "build_parser", "main"]

@@ -1,0 +1,189 @@
+"""Bench commands: `bench` (compare retrievers), `stats` (dataset statistics), `report`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dtdr_agents.bench import run_ablations, run_bench
+from dtdr_agents.cli._common import CLIError, split_ids
+from dtdr_agents.datasets.stats import problem_summary
+from dtdr_agents.encoders import default_cache_dir, get_encoder
+from dtdr_agents.progress import progress_bar
+from dtdr_agents.report import (
+    BENCH_COLUMNS,
+    build_report,
+    format_report_markdown,
+    format_table,
+    write_json,
+)
+from dtdr_agents.retrievers import default_bench_ids
+
+
+def read_json_report(path: str) -> dict[str, Any]:
+    """A JSON report file, with a clear error when it cannot be read."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CLIError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CLIError(f"{path}: not a JSON report ({exc})") from exc
+    if not isinstance(data, dict):
+        raise CLIError(f"{path}: not a JSON report (top level is not an object)")
+    return data
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run the comparison and print/write the results."""
+    from dtdr_agents.datasets import load_train_test
+
+    t_start = time.perf_counter()
+    kwargs: dict[str, Any] = {"skip_bad": args.skip_bad, "limit": args.limit}
+    if args.tools:
+        kwargs["tools_path"] = args.tools
+    if args.split:
+        kwargs["split"] = args.split
+    train, test = load_train_test(
+        args.dataset,
+        args.path,
+        seed=args.seed,
+        train_split=args.train_split,
+        test_split=args.test_split,
+        **kwargs,
+    )
+    problems = list(dict.fromkeys([*train.problems, *test.problems]))
+    if problems:
+        print(
+            f"loader: {problem_summary(problems)}; `dtdr-agents stats` lists them", file=sys.stderr
+        )
+    cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
+    encoder = get_encoder(args.encoder, cache_dir=cache_dir)
+    chat = None
+    if args.chat_base_url or args.chat_model:
+        from dtdr_agents.chat import OpenAIChat
+
+        chat = OpenAIChat(model=args.chat_model or "gpt-4o-mini", base_url=args.chat_base_url)
+    ids = split_ids(args.retrievers, default_bench_ids())
+    print(
+        f"{train.name}: {len(train.demos)} demonstrations, {len(test.demos)} test plans, "
+        f"{len(train.tools)} tools, encoder {encoder.id}",
+        file=sys.stderr,
+    )
+    results, skipped = run_bench(
+        train,
+        test,
+        ids,
+        encoder=encoder,
+        seed=args.seed,
+        chat_model=chat,
+        progress=progress_bar(not args.quiet),
+    )
+    print(format_table(results, BENCH_COLUMNS))
+    for rid, reason in skipped.items():
+        print(f"skipped {rid}: {reason}")
+    extra: dict[str, Any] = {"skipped": skipped, "seed": args.seed}
+    if args.ablations:
+        extra["ablations"] = run_ablations(train, test, encoder=encoder, seed=args.seed)
+    report = build_report(
+        dataset=train.name,
+        n_train=len(train.demos),
+        n_test=len(test.demos),
+        encoder=encoder.id,
+        results=results,
+        columns=BENCH_COLUMNS,
+        extra=extra,
+        breakdowns=True,
+    )
+    report["wall_s"] = time.perf_counter() - t_start
+    print(f"wall time {report['wall_s']:.1f} s", file=sys.stderr)
+    if args.json:
+        write_json(args.json, report)
+        print(f"wrote {args.json}", file=sys.stderr)
+    if args.plot:
+        from dtdr_agents.plots import plot_report
+
+        plot_report(report, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    return 1 if any(r.error for r in results.values()) else 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """Print Table-5-style statistics of a dataset."""
+    from dtdr_agents.datasets import dataset_stats, format_stats, load_dataset
+
+    kwargs: dict[str, Any] = {"skip_bad": args.skip_bad}
+    if args.split:
+        kwargs["split"] = args.split
+    if args.tools:
+        kwargs["tools_path"] = args.tools
+    data = load_dataset(args.dataset, args.path, **kwargs)
+    print(format_stats(dataset_stats(data)))
+    for problem in data.problems[: args.show_problems]:
+        print(f"  {problem}")
+    if len(data.problems) > args.show_problems:
+        print(f"  ... {len(data.problems) - args.show_problems} more problems")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Print a bench JSON report as Markdown tables."""
+    report = read_json_report(args.file)
+    print(format_report_markdown(report))
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    """Register `bench`, `stats` and `report`."""
+    bench = sub.add_parser("bench", help="compare retrievers on a dataset (tables, JSON, plots)")
+    bench.add_argument(
+        "--dataset",
+        required=True,
+        help="demo, taskbench, sealtools, nestful, rectools, metatool, tinyagent, jsonl",
+    )
+    bench.add_argument("--path", help="dataset file or folder")
+    bench.add_argument("--tools", help="tools file (jsonl datasets)")
+    bench.add_argument("--split", help="published split to load (e.g. glaive for nestful)")
+    bench.add_argument("--train-split", help="published split used as demonstrations (e.g. dev)")
+    bench.add_argument("--test-split", help="published split used as test (e.g. test_in_domain)")
+    bench.add_argument(
+        "--retrievers",
+        help="comma-separated ids, composites as outer:base (default "
+        + ",".join(default_bench_ids())
+        + ")",
+    )
+    bench.add_argument("--encoder", default="default")
+    bench.add_argument("--limit", type=int, help="use only the first N samples")
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--json", help="write the report as JSON")
+    bench.add_argument(
+        "--plot", help="write a PNG (accuracy by plan length; ablations with --ablations)"
+    )
+    bench.add_argument(
+        "--ablations", action="store_true", help="history length, clusters, demonstrations"
+    )
+    bench.add_argument("--skip-bad", action="store_true", help="skip malformed lines (counted)")
+    bench.add_argument(
+        "--cache-dir", help=f"embedding cache folder (default {default_cache_dir()})"
+    )
+    bench.add_argument("--no-cache", action="store_true", help="no on-disk embedding cache")
+    bench.add_argument("--chat-base-url", help="OpenAI-compatible endpoint for lim")
+    bench.add_argument("--chat-model", help="chat model name for lim")
+    bench.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    bench.set_defaults(func=cmd_bench)
+
+    stats = sub.add_parser("stats", help="Table-5-style statistics of a dataset")
+    stats.add_argument("--dataset", required=True)
+    stats.add_argument("--path")
+    stats.add_argument("--split")
+    stats.add_argument("--tools")
+    stats.add_argument("--skip-bad", action="store_true")
+    stats.add_argument("--show-problems", type=int, default=5, help="problems to list (default 5)")
+    stats.set_defaults(func=cmd_stats)
+
+    report = sub.add_parser("report", help="print a bench JSON report as Markdown tables")
+    report.add_argument("file", help="JSON written by `dtdr-agents bench --json`")
+    report.set_defaults(func=cmd_report)

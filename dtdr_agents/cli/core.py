@@ -1,0 +1,222 @@
+"""Core commands: `demo`, `fit`, `rank` and `speed`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from dtdr_agents._version import __version__
+from dtdr_agents.cli._common import parse_params
+from dtdr_agents.progress import progress_bar
+
+DEMO_RETRIEVERS = ("dr", "lr", "dtdr-c", "dtdr-l", "dtdr-l-s")
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Fit the four retrievers on the embedded demo data and print the comparison."""
+    from dtdr_agents.datasets.split import split_demonstrations
+    from dtdr_agents.datasets.synthetic import make_demo_dataset
+    from dtdr_agents.encoders import get_encoder
+    from dtdr_agents.evaluation import EvalResult, fit_and_evaluate
+    from dtdr_agents.report import DEMO_COLUMNS, build_report, format_table, write_json
+    from dtdr_agents.retrievers import make_retriever
+
+    data = make_demo_dataset(n=args.n, seed=args.seed)
+    train, test = split_demonstrations(data.demos, test_size=0.3, seed=args.seed)
+    encoder = get_encoder(args.encoder, cache_dir=args.cache_dir)
+    ids = args.retrievers.split(",") if args.retrievers else list(DEMO_RETRIEVERS)
+    n_steps = sum(len(d.calls) + 1 for d in test)
+    print(
+        f"dtdr-agents {__version__} demo: {len(data.tools)} tools, {len(train)} demonstrations to "
+        f"fit, {len(test)} test plans ({n_steps} steps), encoder {encoder.id}",
+        file=sys.stderr,
+    )
+    t0 = time.perf_counter()
+    encoder.encode([d.query for d in data.demos])  # once, shared by every retriever
+    print(
+        f"encoded {len(data.demos)} requests in {time.perf_counter() - t0:.1f} s "
+        "(model load included; fit_s below excludes it)",
+        file=sys.stderr,
+    )
+    results: dict[str, EvalResult] = {}
+    for rid in ids:
+        retriever = make_retriever(rid, encoder=encoder, seed=args.seed)
+        print(f"fitting {rid} ...", file=sys.stderr)
+        results[rid] = fit_and_evaluate(
+            retriever,
+            train,
+            test,
+            data.tools,
+            progress=progress_bar(not args.quiet),
+            retriever_id=rid,
+        )
+    print(format_table(results, DEMO_COLUMNS))
+    print(
+        "ms_per_step: ranking time per teacher-forced step with the request's embedding cached "
+        "(dtdr-l also encodes query + history at every step); fit_s: seconds in fit.",
+    )
+    if args.json:
+        report = build_report(
+            dataset=data.name,
+            n_train=len(train),
+            n_test=len(test),
+            encoder=encoder.id,
+            results=results,
+            columns=DEMO_COLUMNS,
+        )
+        write_json(args.json, report)
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 1 if any(r.error for r in results.values()) else 0
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    """Fit a retriever on a dataset and save it."""
+    from dtdr_agents.datasets import load_dataset
+    from dtdr_agents.datasets.stats import problem_summary
+    from dtdr_agents.retrievers import make_retriever
+
+    data = load_dataset(
+        args.dataset, args.path, tools_path=args.tools, skip_bad=args.skip_bad, limit=args.limit
+    )
+    if data.problems:
+        print(
+            f"loader: {problem_summary(data.problems)} (first: {data.problems[0]})",
+            file=sys.stderr,
+        )
+    params = parse_params(args.param)
+    if args.encoder:
+        params["encoder"] = args.encoder
+    retriever = make_retriever(args.retriever, **params)
+    print(
+        f"fitting {args.retriever} on {len(data.demos)} demonstrations, "
+        f"{len(data.tools)} tools ...",
+        file=sys.stderr,
+    )
+    retriever.fit(data.demos, data.tools)
+    out = retriever.save(args.output)
+    print(f"saved {args.retriever} to {out}")
+    return 0
+
+
+def cmd_rank(args: argparse.Namespace) -> int:
+    """Rank the next tools with a saved retriever."""
+    from dtdr_agents.retrievers import load_retriever
+    from dtdr_agents.selection import SelectionPolicy, select
+    from dtdr_agents.types import as_history
+
+    model = load_retriever(args.model, encoder=args.encoder)
+    ranking = model.rank(args.query, args.history or (), ignore_unknown=args.ignore_unknown)
+    top = ranking.top(args.k)
+    if args.json:
+        sel = select(ranking, SelectionPolicy(k=args.k))
+        print(
+            json.dumps(
+                {
+                    "query": args.query,
+                    "history": list(as_history(args.history)),
+                    "fallback": ranking.fallback,
+                    "fallback_reason": ranking.fallback_reason,
+                    "explanation": {
+                        k: list(v) if isinstance(v, tuple) else v
+                        for k, v in ranking.explanation.items()
+                    },
+                    "ranking": [
+                        {"name": t.name, "probability": t.probability, "rank": t.rank, "why": t.why}
+                        for t in top
+                    ],
+                    "selected": list(sel.names),
+                },
+                indent=2,
+            )
+        )
+        return 0
+    if ranking.fallback:
+        print(f"note: out of distribution, offer all tools ({ranking.fallback_reason})")
+    width = max(len(t.name) for t in top)
+    for t in top:
+        print(f"{t.rank:>3}. {t.name.ljust(width)}  {t.probability:.3f}  {t.why}")
+    return 0
+
+
+def cmd_speed(args: argparse.Namespace) -> int:
+    """Speed and memory benchmark of DTDR-C and DTDR-L."""
+    from dtdr_agents.perf import format_speed, run_speed
+
+    figures = run_speed(
+        n_demos=args.n_demos,
+        n_queries=args.queries,
+        encoder=args.encoder,
+        seed=args.seed,
+        include_text_fit=not args.skip_text_fit,
+    )
+    print(format_speed(figures))
+    if args.json:
+        from dtdr_agents.report import write_json
+
+        write_json(args.json, figures)
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    """Register `demo`, `fit`, `rank` and `speed`."""
+    demo = sub.add_parser("demo", help="fit DR, LR, DTDR-C and DTDR-L on embedded data and compare")
+    demo.add_argument("--json", help="also write the results as JSON to this file")
+    demo.add_argument(
+        "--n", type=int, default=2400, help="demonstrations to generate (default 2400)"
+    )
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument(
+        "--encoder",
+        default="default",
+        help="'default' (MiniLM, offline), 'tfidf', a model name or path",
+    )
+    demo.add_argument(
+        "--retrievers", help=f"comma-separated ids (default {','.join(DEMO_RETRIEVERS)})"
+    )
+    demo.add_argument("--cache-dir", help="on-disk embedding cache folder (default: none)")
+    demo.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    demo.set_defaults(func=cmd_demo)
+
+    fit = sub.add_parser("fit", help="fit a retriever on a dataset and save it to a folder")
+    fit.add_argument(
+        "--dataset", required=True, help="dataset id (jsonl, taskbench, sealtools, nestful, ...)"
+    )
+    fit.add_argument("--path", help="dataset file or folder")
+    fit.add_argument("--tools", help="tools file (JSON list or JSONL) for --dataset jsonl")
+    fit.add_argument("--retriever", default="dtdr-l", help="retriever id (default dtdr-l)")
+    fit.add_argument("--encoder", help="encoder spec (default: the retriever's default)")
+    fit.add_argument(
+        "--param", action="append", metavar="KEY=VALUE", help="retriever parameter (repeatable)"
+    )
+    fit.add_argument(
+        "--skip-bad", action="store_true", help="skip malformed lines instead of stopping"
+    )
+    fit.add_argument("--limit", type=int, help="use only the first N demonstrations")
+    fit.add_argument("-o", "--output", required=True, help="model folder to write")
+    fit.set_defaults(func=cmd_fit)
+
+    rank = sub.add_parser("rank", help="rank the next tools with a saved model")
+    rank.add_argument("--model", required=True, help="model folder written by `fit`")
+    rank.add_argument("--query", required=True)
+    rank.add_argument("--history", default="", help="comma-separated tools called so far")
+    rank.add_argument("-k", type=int, default=5, help="how many to show (default 5)")
+    rank.add_argument("--encoder", help="override the recorded encoder (must have the same id)")
+    rank.add_argument("--ignore-unknown", action="store_true", help="drop unknown history names")
+    rank.add_argument("--json", action="store_true", help="print JSON")
+    rank.set_defaults(func=cmd_rank)
+
+    speed = sub.add_parser(
+        "speed", help="speed and memory benchmark (fit time, rank latency, peak RSS)"
+    )
+    speed.add_argument("--n-demos", type=int, default=10000)
+    speed.add_argument("--queries", type=int, default=300, help="test queries to time")
+    speed.add_argument("--encoder", default="default")
+    speed.add_argument("--seed", type=int, default=0)
+    speed.add_argument(
+        "--skip-text-fit", action="store_true", help="skip fitting the (slow) text-history DTDR-L"
+    )
+    speed.add_argument("--json", help="also write the figures as JSON")
+    speed.set_defaults(func=cmd_speed)

@@ -1,0 +1,221 @@
+"""`dtdr-agents e2e`: end-to-end function-calling evaluation against an OpenAI-compatible API."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from dtdr_agents.cli._common import CLIError, split_ids
+
+DEFAULT_RETRIEVERS = ("none", "dr", "lr", "dtdr-c", "dtdr-l")
+"""The methods of the DTDR paper's Table 3 (``none`` = No ICL)."""
+
+DEFAULT_MODES = ("no_icl", "hard_weighted")
+"""Table 3's setting: weighted hard masking, and the No-ICL baseline."""
+
+NEEDS_ENDPOINT = (
+    "the end-to-end evaluation needs an OpenAI-compatible chat endpoint: pass --base-url URL "
+    "--model NAME (e.g. --base-url http://localhost:11434/v1 --model qwen3:4b for Ollama), or "
+    "--dry-run to count the calls and prompt tokens offline"
+)
+
+
+def _step_cache_path(args: argparse.Namespace, dataset: str) -> Path | None:
+    if args.no_step_cache:
+        return None
+    if args.step_cache:
+        return Path(args.step_cache)
+    if args.json:
+        return Path(f"{args.json}.steps.jsonl")
+    from dtdr_agents.encoders import default_cache_dir
+
+    model = re.sub(r"[^A-Za-z0-9_.-]", "_", args.model or "model")
+    return default_cache_dir() / "e2e" / f"{dataset}-{model}.jsonl"
+
+
+def cmd_e2e(args: argparse.Namespace) -> int:
+    """Run (or dry-run) the end-to-end evaluation and print/write the report."""
+    if not args.dry_run and not args.base_url:
+        raise CLIError(NEEDS_ENDPOINT)
+    if args.base_url and not args.model:
+        raise CLIError("--model is required with --base-url (the model name the server serves)")
+    if args.concurrency < 1 or args.k < 1 or args.max_retries < 0 or args.timeout <= 0:
+        raise CLIError("--concurrency and --k must be >= 1, --max-retries >= 0, --timeout > 0")
+    from dtdr_agents.datasets import load_train_test
+    from dtdr_agents.e2e import (
+        StepCache,
+        dry_run_report,
+        format_e2e_markdown,
+        plot_e2e,
+        prepare_e2e,
+        run_e2e,
+    )
+    from dtdr_agents.encoders import default_cache_dir, get_encoder
+    from dtdr_agents.errors import EncoderUnavailableError
+    from dtdr_agents.prompting import get_token_counter
+    from dtdr_agents.report import write_json
+
+    retrievers = split_ids(args.retrievers, DEFAULT_RETRIEVERS)
+    modes = split_ids(args.modes, DEFAULT_MODES)
+    kwargs: dict[str, Any] = {"skip_bad": args.skip_bad, "limit": args.limit}
+    if args.tools:
+        kwargs["tools_path"] = args.tools
+    if args.split:
+        kwargs["split"] = args.split
+    train, test = load_train_test(
+        args.dataset,
+        args.path,
+        seed=args.seed,
+        train_split=args.train_split,
+        test_split=args.test_split,
+        **kwargs,
+    )
+    problems = list(dict.fromkeys([*train.problems, *test.problems]))
+    if problems:
+        from dtdr_agents.datasets.stats import problem_summary
+
+        print(f"loader: {problem_summary(problems)}", file=sys.stderr)
+    cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
+    encoder = get_encoder(args.encoder, cache_dir=cache_dir)
+    print(
+        f"{train.name}: {len(train.demos)} demonstrations, {len(test.demos)} test plans, "
+        f"{len(train.tools)} tools, encoder {encoder.id}",
+        file=sys.stderr,
+    )
+    try:
+        counter = get_token_counter(args.tokens)
+        plan = prepare_e2e(
+            train,
+            test,
+            retrievers,
+            modes,
+            encoder=encoder,
+            seed=args.seed,
+            k=args.k,
+            counter=counter,
+            log=lambda msg: print(msg, file=sys.stderr),
+        )
+    except (ValueError, EncoderUnavailableError) as exc:
+        raise CLIError(str(exc)) from exc
+    cache_path = _step_cache_path(args, train.name)
+    cache = StepCache(cache_path) if cache_path is not None else None
+    if cache is not None and cache.skipped_lines:
+        print(
+            f"step cache {cache_path}: skipped {cache.skipped_lines} unreadable line(s)",
+            file=sys.stderr,
+        )
+    if args.dry_run:
+        report = dry_run_report(plan, model=args.model, cache=cache)
+    else:
+        from dtdr_agents.chat import OpenAIChat
+        from dtdr_agents.progress import progress_bar
+        from dtdr_agents.retry import RetryPolicy
+
+        chat = OpenAIChat(
+            args.model,
+            base_url=args.base_url,
+            api_key=args.api_key,
+            temperature=args.temperature,
+            max_tokens=args.max_tokens,
+            retry=RetryPolicy(max_retries=args.max_retries, timeout=args.timeout),
+        )
+        if cache is not None:
+            print(f"step cache {cache_path} ({len(cache)} steps cached)", file=sys.stderr)
+        report = run_e2e(
+            plan,
+            chat,
+            cache=cache,
+            concurrency=args.concurrency,
+            progress=progress_bar(not args.quiet),
+            tool_choice=None if args.tool_choice == "unset" else args.tool_choice,
+            text_ends_plan=not args.strict_end,
+        )
+    print(format_e2e_markdown(report))
+    if args.json:
+        write_json(args.json, report)
+        print(f"wrote {args.json}", file=sys.stderr)
+    if args.plot:
+        plot_e2e(report, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    errors = sum(int(r.get("n_errors") or 0) for r in report["results"])
+    if errors:
+        print(f"{errors} step(s) got no answer; run again to retry them", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def add_commands(sub: Any) -> None:
+    """Register `e2e`."""
+    from dtdr_agents.e2e import E2E_MODES
+
+    e2e = sub.add_parser(
+        "e2e",
+        help="end-to-end function calling: does the retrieval make a model call the right tool?",
+        description="Teacher-forced per-step evaluation of a chat model behind an "
+        "OpenAI-compatible endpoint (DTDR paper, Section 5): FSA, SR, end-of-plan accuracy, "
+        "prompt tokens, latency, unbound calls, per (retriever, mode).",
+    )
+    e2e.add_argument("--dataset", required=True, help="any dataset id `dtdr-agents bench` reads")
+    e2e.add_argument("--path", help="dataset file or folder")
+    e2e.add_argument("--tools", help="tools file (jsonl datasets)")
+    e2e.add_argument("--split", help="published split to load")
+    e2e.add_argument("--train-split", help="published split used as demonstrations")
+    e2e.add_argument("--test-split", help="published split used as test")
+    e2e.add_argument("--limit", type=int, help="use only the first N samples")
+    e2e.add_argument("--seed", type=int, default=0)
+    e2e.add_argument("--skip-bad", action="store_true", help="skip malformed lines (counted)")
+    e2e.add_argument(
+        "--retrievers",
+        help=f"comma-separated ids; 'none' is No ICL (default {','.join(DEFAULT_RETRIEVERS)})",
+    )
+    e2e.add_argument(
+        "--modes",
+        help=f"comma-separated, of {','.join(E2E_MODES)} (default {','.join(DEFAULT_MODES)})",
+    )
+    e2e.add_argument("--k", type=int, default=5, help="retrieved tools per step (default 5)")
+    e2e.add_argument("--encoder", default="default")
+    e2e.add_argument("--cache-dir", help="embedding cache folder")
+    e2e.add_argument("--no-cache", action="store_true", help="no on-disk embedding cache")
+    e2e.add_argument(
+        "--tokens",
+        default="auto",
+        help="token counter: auto (tiktoken if its encoding loads, else the MiniLM WordPiece "
+        "tokenizer, else chars/4), tiktoken, wordpiece, approx",
+    )
+    e2e.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
+    e2e.add_argument("--model", help="model name served by the endpoint")
+    e2e.add_argument("--api-key", help="API key (default $OPENAI_API_KEY; local servers need none)")
+    e2e.add_argument("--concurrency", type=int, default=4, help="requests in flight (default 4)")
+    e2e.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
+    e2e.add_argument("--max-retries", type=int, default=4, help="retries on 429/5xx/time-outs")
+    e2e.add_argument("--temperature", type=float, default=0.0)
+    e2e.add_argument("--max-tokens", type=int, help="answer token limit (default: the server's)")
+    e2e.add_argument(
+        "--tool-choice",
+        default="auto",
+        choices=("auto", "required", "unset"),
+        help="tool_choice sent with each request ('unset' sends none; default auto)",
+    )
+    e2e.add_argument(
+        "--strict-end", action="store_true", help="a text answer never counts as end-of-plan"
+    )
+    e2e.add_argument(
+        "--step-cache",
+        help="JSONL file of answered steps, for resuming (default: <json>.steps.jsonl, or the "
+        "dtdr-agents cache folder)",
+    )
+    e2e.add_argument("--no-step-cache", action="store_true", help="do not cache steps")
+    e2e.add_argument("--json", help="write the report as JSON (`dtdr-agents report` reads it)")
+    e2e.add_argument("--plot", help="write a PNG of FSA against prompt tokens per mode")
+    e2e.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="count the calls and prompt tokens offline (no endpoint needed)",
+    )
+    e2e.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    e2e.set_defaults(func=cmd_e2e)
+
+
+__all__ = ["DEFAULT_MODES", "DEFAULT_RETRIEVERS", "add_commands", "cmd_e2e"]
