@@ -223,6 +223,19 @@ def test_tracc_paper_examples():
     assert dm.tracc(["a", "b"], a) == pytest.approx(4 / 9)
 
 
+def test_tracc_appendix_c_against_recall_and_ndcg():
+    """Appendix C's table: Recall@3 / NDCG@3 miss over-selection, TRACC does not."""
+    a = {"a", "b", "c"}
+    over = ["a", "b", "c", "x", "y"]
+    assert dm.recall_at_k(over, a, 3) == 1.0
+    assert dm.ndcg_at_k(over, a, 3) == pytest.approx(1.0)
+    assert dm.tracc(over, a) == pytest.approx(0.6)
+    under = ["a", "b"]
+    assert dm.recall_at_k(under, a, 3) == pytest.approx(2 / 3)
+    assert dm.ndcg_at_k(under, a, 3) < 1.0
+    assert round(dm.tracc(under, a), 2) == 0.44
+
+
 def test_tracc_more_cases():
     # A = {a, b}, B = {a, x}: ACC = 1/2, same size -> penalty 0 -> 0.5
     assert dm.tracc(["a", "x"], {"a", "b"}) == pytest.approx(0.5)
