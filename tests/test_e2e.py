@@ -366,3 +366,20 @@ def test_api_names_are_safe_and_unique() -> None:
     assert len(names["a" * 80]) == 64
     assert names["ok-1"] == "ok-1"
     assert len(set(names.values())) == 5
+
+
+async def test_arun_e2e_inside_a_running_loop(policy: Policy) -> None:
+    from dtdr_agents.e2e import arun_e2e
+
+    one_cell = prepare_e2e(
+        *load_train_test("taskbench", FIXTURE, seed=0),
+        ["none"],
+        ["no_icl"],
+        encoder=get_encoder("tfidf"),
+        counter=get_token_counter("approx"),
+    )
+    with OpenAIChatServer(policy) as srv:
+        report = await arun_e2e(one_cell, chat_for(srv), concurrency=6)
+    assert report["results"][0]["fsa"] == 5 / 6
+    with pytest.raises(ValueError, match="concurrency"):
+        await arun_e2e(one_cell, chat_for(srv), concurrency=0)

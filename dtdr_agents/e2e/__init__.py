@@ -18,6 +18,7 @@ from dtdr_agents.e2e.cache import StepCache, step_key
 from dtdr_agents.e2e.harness import (
     REPORT_KIND,
     E2EPlan,
+    arun_e2e,
     dry_run_report,
     error_type,
     prepare_e2e,
@@ -48,6 +49,7 @@ __all__ = [
     "StepCache",
     "StepRequest",
     "api_names",
+    "arun_e2e",
     "cells",
     "classify_reply",
     "dry_run_report",

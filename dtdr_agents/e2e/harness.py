@@ -319,6 +319,35 @@ async def _arun(
     return rows, cached
 
 
+async def arun_e2e(
+    plan: E2EPlan,
+    chat: OpenAIChat,
+    *,
+    cache: StepCache | None = None,
+    concurrency: int = 4,
+    progress: Progress | None = None,
+    tool_choice: str | None = "auto",
+    text_ends_plan: bool = True,
+) -> dict[str, Any]:
+    """Async `run_e2e` (for callers already inside an event loop)."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    start = time.perf_counter()
+    kwargs: dict[str, Any] = {}
+    if tool_choice is not None:
+        kwargs["tool_choice"] = tool_choice
+    rows, cached = await _arun(
+        plan, chat, cache, concurrency, progress or no_progress, kwargs, text_ends_plan
+    )
+    report = _base_report(plan, model=chat.model, dry_run=False)
+    report["base_url"] = chat.base_url
+    report["results"] = summarize_cells(rows, plan.cells)
+    report["calls"] = len(rows) - cached
+    report["cached"] = cached
+    report["wall_s"] = time.perf_counter() - start
+    return report
+
+
 def run_e2e(
     plan: E2EPlan,
     chat: OpenAIChat,
@@ -330,6 +359,10 @@ def run_e2e(
     text_ends_plan: bool = True,
 ) -> dict[str, Any]:
     """Send every request of `plan` to `chat` and aggregate the metrics per (retriever, mode).
+
+    Failed requests (unreachable endpoint, time-out, HTTP error after the retries, malformed
+    body) are recorded per step and counted, never raised. An interruption (Ctrl-C) loses
+    only the requests in flight: answered steps are already in `cache`.
 
     Args:
         plan: The prepared run (`prepare_e2e`).
@@ -344,22 +377,17 @@ def run_e2e(
         A report of kind ``"e2e"``: per-cell metrics in ``results`` (see
         `dtdr_agents.e2e.metrics.summarize`), ``calls`` made and ``cached`` steps reused.
     """
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    start = time.perf_counter()
-    kwargs: dict[str, Any] = {}
-    if tool_choice is not None:
-        kwargs["tool_choice"] = tool_choice
-    rows, cached = asyncio.run(
-        _arun(plan, chat, cache, concurrency, progress or no_progress, kwargs, text_ends_plan)
+    return asyncio.run(
+        arun_e2e(
+            plan,
+            chat,
+            cache=cache,
+            concurrency=concurrency,
+            progress=progress,
+            tool_choice=tool_choice,
+            text_ends_plan=text_ends_plan,
+        )
     )
-    report = _base_report(plan, model=chat.model, dry_run=False)
-    report["base_url"] = chat.base_url
-    report["results"] = summarize_cells(rows, plan.cells)
-    report["calls"] = len(rows) - cached
-    report["cached"] = cached
-    report["wall_s"] = time.perf_counter() - start
-    return report
 
 
 def summarize_cells(
@@ -381,6 +409,7 @@ def summarize_cells(
 __all__ = [
     "REPORT_KIND",
     "E2EPlan",
+    "arun_e2e",
     "dry_run_report",
     "error_type",
     "prepare_e2e",
