@@ -58,11 +58,35 @@ def plan_from_steps(
     return tuple(calls), tuple(edges)
 
 
+def _append_line(path: Path, data: bytes) -> None:
+    """Append one line with a single `write` on an O_APPEND descriptor.
+
+    If the file does not end with a newline (a writer was killed mid-line), a newline is
+    written first, so the torn line stays alone (the loader reports it and `--skip-bad` skips
+    it) and this record starts on a fresh line.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        size = os.fstat(fd).st_size
+        if size > 0:
+            with open(path, "rb") as fh:
+                fh.seek(size - 1)
+                if fh.read(1) != b"\n":
+                    data = b"\n" + data
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+    finally:
+        os.close(fd)
+
+
 class DemonstrationRecorder:
     """Appends demonstrations to a JSONL file that `dtdr-agents fit --dataset jsonl` reads.
 
     Safe to share between threads; each demonstration is one ``write`` of one line to a file
     opened in append mode, so concurrent processes do not interleave lines on local disks.
+    Every record starts on a fresh line, even after a writer was killed mid-line.
 
     Args:
         path: The JSONL file (created with its folder if missing; appended to otherwise).
@@ -185,9 +209,7 @@ class DemonstrationRecorder:
                     return None
                 self._seen.add(key)
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8") as fh:
-                fh.write(line)
-                fh.flush()
+            _append_line(self.path, line.encode("utf-8"))
             self.recorded.append(demo)
         return demo
 

@@ -44,6 +44,18 @@ class SelectionPolicy:
     include_zero: bool = True
 
     def __post_init__(self) -> None:
+        for name in ("k", "min_k"):
+            value = getattr(self, name)
+            if value is not None and (
+                not isinstance(value, int | np.integer) or isinstance(value, bool)
+            ):
+                raise ValueError(f"SelectionPolicy.{name} must be an integer, got {value!r}")
+        for name in ("threshold", "coverage"):
+            value = getattr(self, name)
+            if value is not None and (
+                not isinstance(value, int | float | np.floating) or isinstance(value, bool)
+            ):
+                raise ValueError(f"SelectionPolicy.{name} must be a number, got {value!r}")
         if self.k is not None and self.k < 1:
             raise ValueError(f"SelectionPolicy.k must be >= 1 or None, got {self.k}")
         if self.threshold is not None and not 0.0 <= self.threshold < 1.0:

@@ -286,7 +286,7 @@ class Demonstration:
             )
         object.__setattr__(self, "calls", tuple(self.calls))
         if self.edges is not None:
-            edges = tuple((int(i), int(j)) for i, j in self.edges)
+            edges = _edge_pairs(self.edges, where)
             n = len(self.calls)
             for i, j in edges:
                 if not (0 <= i < n and 0 <= j < n):
@@ -423,6 +423,8 @@ class Ranking:
 
     def top(self, k: int | None = None, *, include_end: bool = True) -> list[RankedTool]:
         """The best `k` entries (all if None), optionally leaving out the end-of-plan token."""
+        if k is not None and (not _is_int(k) or k < 0):
+            raise ValueError(f"Ranking.top: k must be an integer >= 0 or None, got {k!r}")
         out: list[RankedTool] = []
         for pos, i in enumerate(self.order, start=1):
             name = self.names[int(i)]
@@ -448,4 +450,39 @@ def as_history(history: str | Sequence[str] | None) -> tuple[str, ...]:
         return ()
     if isinstance(history, str):
         return tuple(h.strip() for h in history.split(",") if h.strip())
-    return tuple(history)
+    if not isinstance(history, Iterable) or isinstance(history, bytes | Mapping):
+        raise TypeError(
+            f"history must be a list of tool names, a comma-separated string or None, got "
+            f"{type(history).__name__} {history!r:.80}"
+        )
+    out = tuple(history)
+    for pos, name in enumerate(out):
+        if not isinstance(name, str):
+            raise TypeError(f"history[{pos}] must be a tool name (str), got {name!r:.80}")
+    return out
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def _edge_pairs(edges: Any, where: str) -> tuple[tuple[int, int], ...]:
+    """Validate `edges` as pairs of integer call positions (named in the error)."""
+    if isinstance(edges, str | bytes | Mapping) or not isinstance(edges, Iterable):
+        raise InvalidDemonstrationError(
+            f"{where}: field 'edges' must be a list of [i, j] pairs, got {edges!r:.80}"
+        )
+    out: list[tuple[int, int]] = []
+    for edge in edges:
+        if (
+            not isinstance(edge, Sequence)
+            or isinstance(edge, str | bytes)
+            or len(edge) != 2
+            or not all(_is_int(v) for v in edge)
+        ):
+            raise InvalidDemonstrationError(
+                f"{where}: field 'edges' has {edge!r:.80}; each edge must be a pair of "
+                "integer call positions [i, j]"
+            )
+        out.append((int(edge[0]), int(edge[1])))
+    return tuple(out)

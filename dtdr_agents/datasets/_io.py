@@ -12,6 +12,7 @@ after a documented fix) or ``"kept: ..."`` (kept as published, with a remark).
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -198,10 +199,35 @@ def require_exists(path: Path | str, what: str) -> Path:
     return p
 
 
+def open_text(path: Path) -> IO[str]:
+    """Open a dataset file as UTF-8 text; a leading byte-order mark (BOM) is skipped."""
+    return path.open(encoding="utf-8-sig")
+
+
+def utf8_error(path: Path) -> DatasetFormatError:
+    """The error for a file that is not UTF-8, naming the line of its first bad byte."""
+    data = path.read_bytes()  # only on the error path
+    body = data[3:] if data.startswith(codecs.BOM_UTF8) else data
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line_start = body.rfind(b"\n", 0, exc.start) + 1
+        return DatasetFormatError(
+            f"not UTF-8 text: byte 0x{body[exc.start]:02x} at column {exc.start - line_start + 1}"
+            " (save the file as UTF-8)",
+            str(path),
+            body.count(b"\n", 0, exc.start) + 1,
+        )
+    return DatasetFormatError("not UTF-8 text (save the file as UTF-8)", str(path))
+
+
 def read_json(path: Path) -> Any:
     """Parse a whole (small) JSON document; syntax errors name the file and line."""
-    with path.open(encoding="utf-8") as fh:
-        text = fh.read()
+    try:
+        with open_text(path) as fh:
+            text = fh.read()
+    except UnicodeDecodeError:
+        raise utf8_error(path) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -211,11 +237,23 @@ def read_json(path: Path) -> Any:
 def iter_jsonl(path: Path, report: Report) -> Iterator[tuple[int, Any]]:
     """Stream a JSON-lines file: yield ``(line_number, value)`` for every non-blank line.
 
-    A line that is not valid JSON goes through `Report.malformed` (raise, or skip it).
+    A line that is not valid JSON or not UTF-8 (e.g. a Latin-1 byte, or a line torn by a
+    killed writer) goes through `Report.malformed` (raise, or skip it). A leading UTF-8
+    byte-order mark is accepted.
     """
-    with path.open(encoding="utf-8") as fh:
+    with path.open("rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
-            text = raw.strip()
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8) :]
+            try:
+                text = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as exc:
+                report.malformed(
+                    f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at column {exc.start + 1}",
+                    path,
+                    lineno,
+                )
+                continue
             if not text:
                 continue
             try:
@@ -303,19 +341,26 @@ class _JsonStream:
 
 def first_char(path: Path) -> str | None:
     """The first non-whitespace character of a text file (None if it is empty)."""
-    with path.open(encoding="utf-8") as fh:
+    with path.open("rb") as fh:
         while True:
             chunk = fh.read(4096)
             if not chunk:
                 return None
-            stripped = chunk.lstrip()
+            stripped = chunk.removeprefix(codecs.BOM_UTF8).lstrip()
             if stripped:
-                return stripped[0]
+                return chr(stripped[0]) if stripped[0] < 0x80 else "?"
 
 
 def iter_json_array(path: Path) -> Iterator[tuple[int, int, Any]]:
     """Stream a JSON array file: yield ``(index, line, item)`` for each element."""
-    with path.open(encoding="utf-8") as fh:
+    try:
+        yield from _iter_json_array(path)
+    except UnicodeDecodeError:
+        raise utf8_error(path) from None
+
+
+def _iter_json_array(path: Path) -> Iterator[tuple[int, int, Any]]:
+    with open_text(path) as fh:
         s = _JsonStream(fh, path)
         s.expect("[", "at the start of the file (a JSON array)")
         if s.peek() == "]":
@@ -336,7 +381,14 @@ def iter_json_array(path: Path) -> Iterator[tuple[int, int, Any]]:
 
 def iter_json_object(path: Path) -> Iterator[tuple[str, int, Any]]:
     """Stream a JSON object file: yield ``(key, line, value)`` for each member."""
-    with path.open(encoding="utf-8") as fh:
+    try:
+        yield from _iter_json_object(path)
+    except UnicodeDecodeError:
+        raise utf8_error(path) from None
+
+
+def _iter_json_object(path: Path) -> Iterator[tuple[str, int, Any]]:
+    with open_text(path) as fh:
         s = _JsonStream(fh, path)
         s.expect("{", "at the start of the file (a JSON object)")
         if s.peek() == "}":
@@ -513,8 +565,11 @@ def read_tools_file(path: Path, report: Report) -> Catalogue:
         for _, line, item in iter_json_array(path):
             add_tool(catalogue, report, item, path, line)
         return catalogue
-    with path.open(encoding="utf-8") as fh:
-        text = fh.read()
+    try:
+        with open_text(path) as fh:
+            text = fh.read()
+    except UnicodeDecodeError:
+        raise utf8_error(path) from None
     try:
         whole = json.loads(text)
     except json.JSONDecodeError as exc:
