@@ -55,13 +55,23 @@ class _PlanState:
     fallback_reason: str | None = None
 
 
-def _tool_ranks(ranking: Ranking, n_tools: int) -> np.ndarray:
-    """1-based rank of every tool in `ranking` (end-of-plan, the last name, left out)."""
+def _tool_order(ranking: Ranking, n_tools: int) -> np.ndarray:
+    """Tool indices of `ranking`, best first (end-of-plan, the last name, left out)."""
     order = ranking.order
-    order = order[order != n_tools]
-    ranks = np.empty(n_tools, dtype=np.int32)
-    ranks[order] = np.arange(1, n_tools + 1, dtype=np.int32)
+    tools: np.ndarray = order[order != n_tools]
+    return tools
+
+
+def _ranks_of(order: np.ndarray) -> np.ndarray:
+    """1-based rank of every tool, from tool indices best first."""
+    ranks = np.empty(len(order), dtype=np.int32)
+    ranks[order] = np.arange(1, len(order) + 1, dtype=np.int32)
     return ranks
+
+
+def _tool_ranks(ranking: Ranking, n_tools: int) -> np.ndarray:
+    """1-based rank of every tool in `ranking` (end-of-plan left out)."""
+    return _ranks_of(_tool_order(ranking, n_tools))
 
 
 class ToolQPRetriever(ToolRetriever):
@@ -178,10 +188,9 @@ class ToolQPRetriever(ToolRetriever):
         lists: dict[str, np.ndarray] = {}
 
         def search(text: str) -> list[tuple[str, str]]:
-            ranking = base.rank(text, (), ignore_unknown=True)
-            ranks = _tool_ranks(ranking, n_tools)
-            lists[text] = ranks
-            top = np.argsort(ranks)[: self.feedback_k]
+            order = _tool_order(base.rank(text, (), ignore_unknown=True), n_tools)
+            lists[text] = _ranks_of(order)
+            top = order[: self.feedback_k]
             return [(self.tools_[int(i)].name, self.tools_[int(i)].description) for i in top]
 
         return lists, search
