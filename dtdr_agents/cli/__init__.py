@@ -19,6 +19,8 @@ from dtdr_agents.errors import DTDRError
 GROUPS = (
     "dtdr_agents.cli.core",  # demo, fit, rank, speed
     "dtdr_agents.cli.bench",  # bench, stats, report
+    "dtdr_agents.cli.e2e",  # e2e (end-to-end function calling)
+    "dtdr_agents.cli.mcp",  # mcp-proxy (history-aware MCP proxy)
 )
 """Modules that add commands, in help order."""
 

@@ -130,8 +130,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Print a bench JSON report as Markdown tables."""
+    """Print a bench or e2e JSON report as Markdown tables (dispatch on its "kind")."""
     report = read_json_report(args.file)
+    if report.get("kind") == "e2e":
+        from dtdr_agents.e2e import format_e2e_markdown
+
+        print(format_e2e_markdown(report))
+        return 0
     print(format_report_markdown(report))
     return 0
 
@@ -184,6 +189,6 @@ def add_commands(sub: Any) -> None:
     stats.add_argument("--show-problems", type=int, default=5, help="problems to list (default 5)")
     stats.set_defaults(func=cmd_stats)
 
-    report = sub.add_parser("report", help="print a bench JSON report as Markdown tables")
-    report.add_argument("file", help="JSON written by `dtdr-agents bench --json`")
+    report = sub.add_parser("report", help="print a bench or e2e JSON report as Markdown tables")
+    report.add_argument("file", help="JSON written by `dtdr-agents bench/e2e --json`")
     report.set_defaults(func=cmd_report)
