@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,7 +14,9 @@ import pytest
 from openai_server import OpenAIChatServer
 
 from dtdr_agents.chat import OpenAIChat
+from dtdr_agents.errors import ModelLoadError
 from dtdr_agents.planning import ChatPlanner, Plan, ReplayPlanner, SearchFn
+from dtdr_agents.retrievers import composite_ids, load_retriever, make_retriever
 from dtdr_agents.retrievers.baselines import QTSRetriever
 from dtdr_agents.retrievers.toolqp import ToolQPRetriever
 from dtdr_agents.types import END_OF_PLAN, Demonstration
@@ -127,7 +132,7 @@ def test_plans_are_cached_per_request_and_catalogue() -> None:
     model.set_tools([*TOOLS, {"name": "visa", "description": "visa requirements by country"}])
     ranking = model.rank(REQUEST)
     assert planner.calls == 2 and "visa" in ranking.names
-    assert model.base is not None and "visa" in model.base.tools_.names
+    assert "visa" in model.fitted_base().tools_.names
 
 
 def test_rrf_option() -> None:
@@ -150,7 +155,7 @@ def test_rrf_option() -> None:
 def test_planner_failures_fall_back_to_the_base_ranking(planner: Any, reason: str) -> None:
     model = make(planner)
     ranking = model.rank(REQUEST, ["weather"])
-    expected = model.base.rank(REQUEST, ["weather"])  # type: ignore[union-attr]
+    expected = model.fitted_base().rank(REQUEST, ["weather"])
     assert reason in ranking.explanation["planner_fallback"]
     assert (
         "used the base retriever's single-shot ranking" in ranking.explanation["planner_fallback"]
@@ -253,8 +258,8 @@ def test_live_planner_over_http_and_its_failures() -> None:
 
 
 def test_parameter_checks() -> None:
-    with pytest.raises(ValueError, match="needs a base retriever"):
-        ToolQPRetriever(planner=CountingPlanner()).fit(DEMOS, TOOLS)
+    default = make_retriever("toolqp", encoder="tfidf", planner=CountingPlanner())
+    assert default.fit(DEMOS[:1], TOOLS[:3]).fitted_base().retriever_id == "qts"
     with pytest.raises(ValueError, match="fusion must be one of"):
         make(CountingPlanner(), fusion="mean")
     with pytest.raises(ValueError, match="done_k"):
@@ -262,3 +267,52 @@ def test_parameter_checks() -> None:
     assert ToolQPRetriever.unavailable_reason(planner=None) is not None
     assert "--plans FILE" in str(ToolQPRetriever.unavailable_reason())
     assert ToolQPRetriever.unavailable_reason(planner=CountingPlanner()) is None
+
+
+# --------------------------------------------------------------------------- registry, saving
+def test_composite_ids_and_persistence_round_trip(tmp_path: Path) -> None:
+    planner = ReplayPlanner({REQUEST: PLAN})
+    model = make_retriever("toolqp:qts", encoder="tfidf", planner=planner, fusion="rrf")
+    assert isinstance(model, ToolQPRetriever) and isinstance(model.base, QTSRetriever)
+    assert "toolqp:<base>" in composite_ids()
+    model.fit(DEMOS, TOOLS)
+    before = model.rank(REQUEST, ["hotel_search"])
+    folder = model.save(tmp_path / "model")
+    assert (folder / "base").is_dir()
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert "planner" not in manifest["params"] and manifest["params"]["fusion"] == "rrf"
+    loaded = load_retriever(folder, params={"planner": planner})
+    assert isinstance(loaded, ToolQPRetriever) and loaded.planner is planner
+    assert isinstance(loaded.fitted_base(), QTSRetriever)
+    after = loaded.rank(REQUEST, ["hotel_search"])
+    assert after.ranked_names() == before.ranked_names()
+    assert np.allclose(after.probabilities, before.probabilities)
+    no_planner = load_retriever(folder)
+    assert "no planner" in no_planner.rank(REQUEST).explanation["planner_fallback"]
+
+
+def test_missing_or_mismatched_base_folder_fails_to_load(tmp_path: Path) -> None:
+    model = make(ReplayPlanner({REQUEST: PLAN}))
+    folder = model.save(tmp_path / "model")
+    shutil.rmtree(folder / "base")
+    with pytest.raises(ModelLoadError, match="base"):
+        load_retriever(folder)
+    other = make(ReplayPlanner({REQUEST: PLAN}))
+    folder2 = other.save(tmp_path / "model2")
+    bm25 = make_retriever("bm25").fit(DEMOS[:2], TOOLS[:4])  # another catalogue
+    shutil.rmtree(folder2 / "base")
+    bm25.save(folder2 / "base")
+    with pytest.raises(ModelLoadError, match=r"base/manifest\.json: not the nested model"):
+        load_retriever(folder2)
+    with pytest.raises(
+        ModelLoadError, match=r"base/ \(bm25\) was fitted on another tool catalogue"
+    ):
+        other._set_parts({"base": bm25})
+
+
+def test_example_params_run_offline() -> None:
+    params = ToolQPRetriever.example_params()
+    model = make_retriever("toolqp:qts", encoder="tfidf", **params).fit(DEMOS, TOOLS)
+    ranking = model.rank("Search hotels in Cancun. Then check the flight cancellation risk")
+    assert ranking.explanation["planner"] == "clauses (no LLM)"
+    assert len(ranking.explanation["queries"]) == 2

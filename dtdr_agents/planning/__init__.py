@@ -6,8 +6,8 @@ The retriever that uses them is `dtdr_agents.retrievers.toolqp.ToolQPRetriever` 
 - `prompts`: the Fig. 14 prompt text (the only copy) and the parsers of the planner's turns;
 - `plan`: `Plan`, the JSON-lines plans file (`read_plans`, `write_plans`, `PlanRecorder`)
   and one-query plans from a dataset's shipped instructions (`instruction_plans`);
-- `planners`: the `Planner` protocol, `ChatPlanner` (any chat model, sync and async) and
-  `ReplayPlanner` (recorded plans);
+- `planners`: the `Planner` protocol, `ChatPlanner` (any chat model, sync and async),
+  `ReplayPlanner` (recorded plans) and `ClausePlanner` (no LLM; tests and offline examples);
 - `fusion`: peak-rank fusion (ToolQP's default) and reciprocal rank fusion.
 """
 
@@ -29,6 +29,7 @@ from dtdr_agents.planning.planners import (
     FEEDBACK_K,
     MAX_TURNS,
     ChatPlanner,
+    ClausePlanner,
     Planner,
     ReplayPlanner,
     SearchFn,
@@ -52,6 +53,7 @@ __all__ = [
     "SOURCE_REPLAY",
     "SYSTEM_PROMPT",
     "ChatPlanner",
+    "ClausePlanner",
     "Fusion",
     "Plan",
     "PlanRecorder",

@@ -26,14 +26,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
+from dtdr_agents.errors import ModelLoadError
 from dtdr_agents.planning.fusion import FUSIONS, RRF_K, Fusion, fuse
 from dtdr_agents.planning.plan import Plan
-from dtdr_agents.planning.planners import FEEDBACK_K, Planner, ReplayPlanner
+from dtdr_agents.planning.planners import FEEDBACK_K, ClausePlanner, Planner, ReplayPlanner
 from dtdr_agents.retrievers.base import Scores, ToolRetriever
+from dtdr_agents.retrievers.composite import CompositeRetriever
 from dtdr_agents.types import Demonstration, Ranking, Toolset, as_history
 
 PLANNER_TIMEOUT = 60.0
@@ -74,11 +76,12 @@ def _tool_ranks(ranking: Ranking, n_tools: int) -> np.ndarray:
     return _ranks_of(_tool_order(ranking, n_tools))
 
 
-class ToolQPRetriever(ToolRetriever):
+class ToolQPRetriever(CompositeRetriever):
     """ToolQP query planning over a base retriever (composite id ``toolqp:<base>``).
 
     Args:
-        base: The retriever the functional queries run through (fitted by `fit`).
+        base: The retriever the functional queries run through (fitted by `fit`; None:
+            `qts`). Saved in the sub-folder ``base/``.
         planner: Writes the plans: `dtdr_agents.planning.ChatPlanner` (live chat model),
             `ReplayPlanner` (recorded plans), or any `Planner`. Not saved with the model: pass
             it again at load.
@@ -95,12 +98,9 @@ class ToolQPRetriever(ToolRetriever):
     """
 
     retriever_id: ClassVar[str] = "toolqp"
-    composite: ClassVar[bool] = True
     default_base: ClassVar[str] = "qts"
     runtime_params: ClassVar[tuple[str, ...]] = ("planner",)
-    bench_default: ClassVar[bool] = False
     uses_history: ClassVar[bool] = True
-    uses_encoder: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -136,13 +136,13 @@ class ToolQPRetriever(ToolRetriever):
             )
         return None
 
+    @classmethod
+    def example_params(cls) -> dict[str, Any]:
+        """An offline planner for tests and examples: `ClausePlanner` (no LLM)."""
+        return {"planner": ClausePlanner()}
+
     # ------------------------------------------------------------------------------ fitting
-    def _check_params(self) -> ToolRetriever:
-        if not isinstance(self.base, ToolRetriever):
-            raise ValueError(
-                "toolqp needs a base retriever: make_retriever('toolqp:qts', ...) or "
-                "ToolQPRetriever(base=make_retriever('qts'))"
-            )
+    def _check_params(self) -> None:
         if self.fusion not in FUSIONS:
             raise ValueError(f"fusion must be one of {FUSIONS}, got {self.fusion!r}")
         for name in ("rrf_k", "feedback_k", "done_k", "cache_size"):
@@ -153,17 +153,19 @@ class ToolQPRetriever(ToolRetriever):
             isinstance(self.timeout, int | float) and self.timeout > 0
         ):
             raise ValueError(f"timeout must be > 0 seconds or None, got {self.timeout!r}")
-        return self.base
 
-    def _fit(self, demos: list[Demonstration], tools: Toolset) -> None:
-        self._check_params().fit(demos, tools)
+    def _fit_composite(self, demos: list[Demonstration], tools: Toolset) -> None:
+        self._check_params()
 
-    def set_tools(self, tools: Toolset | Iterable[Any]) -> ToolQPRetriever:
+    def set_tools(self, tools: Toolset | Iterable[Any]) -> Self:
         """Change the catalogue of this retriever and of its base (plans are per catalogue)."""
-        super().set_tools(tools)
-        base = self._check_params()
-        if base.tools_ is not self.tools_ and base.tools_ != self.tools_:
-            base.set_tools(self.tools_)
+        # The base embeds added tools; this retriever has no tool embeddings of its own, so
+        # `ToolRetriever.set_tools` must not try to embed them (it would need them).
+        encoder, self.encoder_ = self.encoder_, None
+        try:
+            super().set_tools(tools)
+        finally:
+            self.encoder_ = encoder
         self._catalogue_hash = self.tools_.catalogue_hash
         return self
 
@@ -183,7 +185,7 @@ class ToolQPRetriever(ToolRetriever):
             cache.clear()
 
     def _searcher(self) -> tuple[dict[str, np.ndarray], Any]:
-        base = self._check_params()
+        base = self.fitted_base()
         n_tools = len(self.tools_)
         lists: dict[str, np.ndarray] = {}
 
@@ -315,27 +317,25 @@ class ToolQPRetriever(ToolRetriever):
             f"{plan.queries[label]!r} ranked it {rank} ({self.fusion} fusion)"
         )
 
-    def _fallback(self, request: Ranking, reason: str) -> Ranking:
+    def _fallback(self, request: Ranking, reason: str) -> Scores:
         explanation = {
-            "method": self.retriever_id,
             "base": self._base_id(),
             "planner_fallback": f"{reason}; used the base retriever's single-shot ranking",
             "base_explanation": dict(request.explanation),
         }
-        return Ranking(
-            names=request.names,
-            probabilities=request.probabilities,
-            explanation=explanation,
-            fallback=request.fallback,
-            fallback_reason=request.fallback_reason,
-            notes=request.notes,
+        return Scores(
+            np.asarray(request.probabilities, dtype=np.float64),
+            explanation,
+            request.fallback_reason,
+            over_current=True,
+            notes=dict(request.notes),
         )
 
     def _base_id(self) -> str:
-        base = self.base
-        return (base.retriever_id or type(base).__name__) if base is not None else "none"
+        base = self.fitted_base()
+        return base.retriever_id or type(base).__name__
 
-    def _fused(self, state: _PlanState, history: tuple[str, ...], request: Ranking) -> Ranking:
+    def _fused(self, state: _PlanState, history: tuple[str, ...], request: Ranking) -> Scores:
         if state.plan is None:
             return self._fallback(request, state.fallback_reason or "no plan")
         plan = state.plan
@@ -349,16 +349,15 @@ class ToolQPRetriever(ToolRetriever):
         probs[order] = shape
         probs[n_tools] = request.probabilities[n_tools]
         probs /= probs.sum()
-        notes: dict[str, str] = {}
+        notes = dict(request.notes)  # the base's notes (e.g. "added after fit") stay
         top = order[:EXPLAIN_K]
         best = np.argmin(matrix[:, top], axis=0)
         for j, tool in enumerate(top):
             row = int(best[j])
-            notes[self.tools_[int(tool)].name] = self._note(
-                state, labels[row], int(matrix[row, tool])
-            )
+            name = self.tools_[int(tool)].name
+            note = self._note(state, labels[row], int(matrix[row, tool]))
+            notes[name] = f"{note}; base: {notes[name]}" if name in notes else note
         explanation = {
-            "method": self.retriever_id,
             "base": self._base_id(),
             "fusion": self.fusion,
             "planner": plan.source,
@@ -368,14 +367,7 @@ class ToolQPRetriever(ToolRetriever):
             "done_sub_goals": [plan.sub_goals[g] for g in done],
             "lists_fused": len(labels),
         }
-        return Ranking(
-            names=request.names,
-            probabilities=probs,
-            explanation=explanation,
-            fallback=request.fallback,
-            fallback_reason=request.fallback_reason,
-            notes=notes,
-        )
+        return Scores(probs, explanation, request.fallback_reason, over_current=True, notes=notes)
 
     def _prepare(
         self, query: str, history: Sequence[str] | str | None, ignore_unknown: bool
@@ -384,29 +376,13 @@ class ToolQPRetriever(ToolRetriever):
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
         hist = self._validate_history(as_history(history), ignore_unknown)
-        return hist, self._check_params()
+        return hist, self.fitted_base()
 
-    def rank(
-        self,
-        query: str,
-        history: Sequence[str] | str | None = (),
-        *,
-        ignore_unknown: bool = False,
-    ) -> Ranking:
-        """Rank the tools for the next step: the request's plan fused with its own ranking.
-
-        Args:
-            query: The user's request (planned once, then cached per catalogue).
-            history: Names of the tools called so far; they mark sub-goals as done.
-            ignore_unknown: Drop history names missing from the catalogue instead of raising.
-
-        Returns:
-            The fused `Ranking`, or the base's ranking when planning failed (then
-            ``explanation["planner_fallback"]`` says why).
-        """
-        hist, base = self._prepare(query, history, ignore_unknown)
+    def _score(self, query: str, history: tuple[str, ...]) -> Scores:
+        """The request's plan fused with its own base ranking (over the current catalogue)."""
         state = self._plan_state(query)
-        return self._fused(state, hist, base.rank(query, hist, ignore_unknown=True))
+        request = self.fitted_base().rank(query, history, ignore_unknown=True)
+        return self._fused(state, history, request)
 
     async def arank(
         self,
@@ -416,9 +392,9 @@ class ToolQPRetriever(ToolRetriever):
         ignore_unknown: bool = False,
     ) -> Ranking:
         """Async `rank`: the planner's async path (`Planner.aplan`) plans the request."""
-        hist, base = self._prepare(query, history, ignore_unknown)
-        state = await self._aplan_state(query)
-        return self._fused(state, hist, base.rank(query, hist, ignore_unknown=True))
+        self._prepare(query, history, ignore_unknown)
+        await self._aplan_state(query)  # cached: `rank` reuses it
+        return self.rank(query, history, ignore_unknown=ignore_unknown)
 
     def explain_tool(
         self, query: str, name: str, history: Sequence[str] | str | None = ()
@@ -453,14 +429,27 @@ class ToolQPRetriever(ToolRetriever):
             "query": state.plan.queries[label],
         }
 
-    def _score(self, query: str, history: tuple[str, ...]) -> Scores:
-        ranking = self.rank(query, history, ignore_unknown=True)
-        probs = np.array([ranking.probability(n) for n in self.labels_], dtype=np.float64)
-        total = probs.sum()
-        probs = probs / total if total > 0 else np.full(len(probs), 1.0 / len(probs))
-        return Scores(probs, dict(ranking.explanation))
-
     # -------------------------------------------------------------------------- persistence
+    def _set_parts(self, parts: Mapping[str, ToolRetriever]) -> None:
+        """Restore the saved base; it must have been fitted on this model's catalogue.
+
+        Raises:
+            ModelLoadError: The base is missing, or was fitted on another catalogue (a
+                ``base/`` folder copied from another model).
+        """
+        base = parts.get("base")
+        if base is None:
+            raise ModelLoadError("toolqp model folder: the base retriever (base/) is missing")
+        mine: Toolset | None = getattr(self, "fit_tools_", None)
+        theirs: Toolset | None = getattr(base, "fit_tools_", None)
+        if mine is not None and theirs is not None and theirs.catalogue_hash != mine.catalogue_hash:
+            raise ModelLoadError(
+                f"toolqp model folder: base/ ({base.retriever_id or type(base).__name__}) was "
+                f"fitted on another tool catalogue (hash {theirs.catalogue_hash}) than toolqp "
+                f"(hash {mine.catalogue_hash}); it does not belong to this model"
+            )
+        super()._set_parts(parts)
+
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return {}, {}
 
