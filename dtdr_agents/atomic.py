@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import glob
 import os
+import secrets
 import shutil
+import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 
@@ -45,32 +51,111 @@ def _relative(name: str) -> PurePosixPath:
     return rel
 
 
+def _make_dir(parent: Path, prefix: str) -> Path:
+    """A new, empty folder whose mode follows the umask (unlike `tempfile.mkdtemp`'s 0700)."""
+    for _ in range(100):
+        path = parent / f"{prefix}{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"could not create a temporary folder in {parent}")
+
+
+@contextmanager
+def _save_lock(parent: Path) -> Iterator[None]:
+    """Serialise saves into `parent` (an advisory lock on the folder; readers take none)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: saves are not serialised
+        yield
+        return
+    fd = os.open(parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _leftovers(parent: Path, name: str) -> list[Path]:
+    return [
+        p
+        for p in parent.glob(f".{glob.escape(name)}.*-*")
+        if p.name.startswith((f".{name}.tmp-", f".{name}.old-"))
+    ]
+
+
+def _swap_dirs(new: Path, target: Path) -> bool:
+    """Exchange two folders in one atomic step (Linux `renameat2(RENAME_EXCHANGE)`).
+
+    Returns False when the system cannot (another OS, an old kernel or file system).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
+    renameat2.argtypes.append(ctypes.c_uint)
+    if renameat2(at_fdcwd, os.fsencode(new), at_fdcwd, os.fsencode(target), rename_exchange):
+        err = ctypes.get_errno()
+        if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+            return False
+        raise OSError(err, os.strerror(err), str(target))
+    return True
+
+
 def atomic_write_dir(target: str | Path, files: Mapping[str, bytes]) -> Path:
     """Write `files` (relative path -> content) as the folder `target`, all or nothing.
 
-    The folder is built beside the target and renamed into place; a previous folder at
-    `target` is replaced only once the new one is complete. Relative paths may name
-    sub-folders ("base/manifest.json").
+    The folder is built completely beside the target (`.NAME.tmp-*`), then made visible in
+    one atomic step: a rename when `target` does not exist, else an atomic exchange of the
+    two folders (Linux `renameat2(RENAME_EXCHANGE)`), after which the old content is
+    removed. A reader that holds the folder open keeps reading one complete version (see
+    `dtdr_agents.persistence.read_model`). Saves into the same parent folder are serialised
+    by an advisory lock, and each save removes what killed saves left behind. Where the
+    exchange is not available the old folder is first renamed aside (`.NAME.old-*`): a
+    reader in between retries, and a save killed in between leaves the old folder there.
+
+    Relative paths may name sub-folders ("base/manifest.json"). Folders and files follow
+    the umask.
+
+    Raises:
+        FileExistsError: If `target` exists and is not a folder.
     """
-    target = Path(target).expanduser().resolve()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if target.exists() and not target.is_dir():
-        raise FileExistsError(f"{target} exists and is not a folder")
+    target = Path(target).expanduser()
+    target = target.parent.resolve() / target.name
     checked = {name: _relative(name) for name in files}
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
-        for name, rel in checked.items():
-            dest = tmp.joinpath(*rel.parts)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            _fsync_write(dest, files[name])
-        old = None
-        if target.exists():
-            old = target.parent / f".{target.name}.old-{os.getpid()}"
-            os.replace(target, old)
-        os.replace(tmp, target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _save_lock(target.parent):
+        if target.is_symlink() or (target.exists() and not target.is_dir()):
+            raise FileExistsError(f"{target} exists and is not a folder")
+        for stale in _leftovers(target.parent, target.name):
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = _make_dir(target.parent, f".{target.name}.tmp-")
+        try:
+            for name, rel in checked.items():
+                dest = tmp.joinpath(*rel.parts)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                _fsync_write(dest, files[name])
+            if not target.exists():
+                os.rename(tmp, target)
+            elif _swap_dirs(tmp, target):
+                pass  # `tmp` now holds the previous version, removed below
+            else:
+                old = target.parent / f".{target.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
+                os.replace(target, old)
+                try:
+                    os.replace(tmp, target)
+                except BaseException:
+                    os.replace(old, target)
+                    raise
+                shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return target

@@ -656,6 +656,14 @@ def get_encoder(
     return _SHARED[key]
 
 
+def is_builtin_encoder(spec: object) -> bool:
+    """Whether `spec` names an encoder of this package (MiniLM offline, TF-IDF).
+
+    Anything else is a model that would be loaded from a path or a hub id.
+    """
+    return spec is None or spec == "tfidf" or spec in _MINILM_ALIASES
+
+
 def encoder_spec(encoder: Encoder) -> str:
     """The spec string that `get_encoder` turns back into an equivalent encoder."""
     inner = encoder.inner if isinstance(encoder, CachedEncoder) else encoder

@@ -8,12 +8,24 @@ This module knows the folder layout, not the retrievers (`ToolRetriever.save` an
                          and the names of nested retrievers ("children")
     arrays.safetensors   every learned array (numpy), loaded without pickle
     <child>/             a nested retriever (a composite's `base`), the same layout again
+
+Integrity: the manifest's "integrity" field holds the SHA-256 of the arrays file, of the
+manifest itself (canonical JSON without that field, so the tool order, the parameters and
+every scalar are bound to the arrays) and of each child's manifest. `read_model` verifies
+them, reads every file through one open handle of the folder (a save that replaces the
+folder meanwhile cannot mix two versions), never follows a symbolic link, and caps the
+manifest's size.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
+import os
 import re
+import stat
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,14 +35,19 @@ import numpy as np
 
 from dtdr_agents._version import __version__
 from dtdr_agents.atomic import atomic_write_dir
-from dtdr_agents.errors import ModelLoadError
+from dtdr_agents.errors import DTDRError, ModelLoadError
+from dtdr_agents.types import Toolset
 
 FORMAT = "dtdr-agents/retriever"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 ARRAYS = "arrays.safetensors"
 CHILD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 """A nested retriever's folder name: a constructor parameter name."""
+MAX_MANIFEST_BYTES = 64 * 2**20
+"""Largest manifest read (a catalogue of 100,000 tools fits)."""
+READ_ATTEMPTS = 5
+"""Reads of a folder that a concurrent save replaced before the error is reported."""
 
 
 @dataclass
@@ -51,22 +68,42 @@ class SavedModel:
 
     def files(self, prefix: str = "") -> dict[str, bytes]:
         """Relative path -> content of every file of this model and its children."""
+        return self._sealed(prefix)[0]
+
+    def _sealed(self, prefix: str) -> tuple[dict[str, bytes], str]:
+        """The files, and the manifest digest that binds them (see the module docstring)."""
         from safetensors.numpy import save as st_save
 
         for name in self.children:
             if not CHILD_NAME.match(name):
                 raise ValueError(f"nested retriever name {name!r} is not a parameter name")
-        manifest = {**self.manifest, "children": sorted(self.children)}
+        out: dict[str, bytes] = {}
+        child_digests: dict[str, str] = {}
+        for name, child in sorted(self.children.items()):
+            files, digest = child._sealed(f"{prefix}{name}/")
+            out.update(files)
+            child_digests[name] = digest
         arrays = {k: np.ascontiguousarray(v) for k, v in self.arrays.items()}
-        out = {
-            f"{prefix}{MANIFEST}": json.dumps(
-                manifest, indent=2, default=_json_default, ensure_ascii=False
-            ).encode(),
-            f"{prefix}{ARRAYS}": st_save(arrays),
+        arrays_bytes = st_save(arrays)
+        manifest = {k: v for k, v in self.manifest.items() if k != "integrity"}
+        manifest["children"] = sorted(self.children)
+        manifest = json.loads(json.dumps(manifest, default=_json_default, ensure_ascii=False))
+        digest = manifest_digest(manifest)
+        manifest["integrity"] = {
+            "arrays_sha256": hashlib.sha256(arrays_bytes).hexdigest(),
+            "manifest_sha256": digest,
+            "children_sha256": child_digests,
         }
-        for name, child in self.children.items():
-            out.update(child.files(f"{prefix}{name}/"))
-        return out
+        out[f"{prefix}{MANIFEST}"] = json.dumps(manifest, indent=2, ensure_ascii=False).encode()
+        out[f"{prefix}{ARRAYS}"] = arrays_bytes
+        return out, digest
+
+
+def manifest_digest(manifest: Mapping[str, Any]) -> str:
+    """SHA-256 of the manifest's canonical JSON, its "integrity" field left out."""
+    body = {k: v for k, v in manifest.items() if k != "integrity"}
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _json_default(obj: Any) -> Any:
@@ -84,68 +121,233 @@ def write_model(path: str | Path, model: SavedModel) -> Path:
     return atomic_write_dir(path, model.files())
 
 
-def read_manifest(folder: Path) -> dict[str, Any]:
-    """The checked manifest of the model folder `folder`.
+class _RetryableError(ModelLoadError):
+    """A read that may have raced with a save; retried while the folder changes."""
 
-    Raises:
-        ModelLoadError: Naming the file and field when the folder or manifest is not valid.
-    """
-    mpath = folder / MANIFEST
-    if not folder.is_dir():
-        raise ModelLoadError(f"{folder}: no such model folder")
-    if not mpath.is_file():
-        raise ModelLoadError(f"{mpath}: missing; is {folder} a folder written by save()?")
+
+def _open_dir(name: str | Path, parent_fd: int | None, shown: Path) -> int:
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+    if parent_fd is not None:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(f"{mpath}: not valid JSON ({exc})") from exc
+        if parent_fd is None:
+            return os.open(name, flags)
+        return os.open(name, flags, dir_fd=parent_fd)
+    except FileNotFoundError:
+        raise _RetryableError(f"{shown}: no such model folder") from None
+    except NotADirectoryError:
+        raise ModelLoadError(f"{shown}: not a folder") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ModelLoadError(
+                f"{shown}: is a symbolic link; a model folder must not link outside itself"
+            ) from None
+        raise ModelLoadError(f"{shown}: cannot open ({exc.strerror})") from None
+
+
+def _read_file(dir_fd: int, name: str, shown: Path, cap: int | None) -> bytes:
+    """The bytes of the regular file `name` in the open folder (no symlink followed)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0), dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise _RetryableError(f"{shown}: missing") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ModelLoadError(
+                f"{shown}: is a symbolic link; a model folder must not link outside itself"
+            ) from None
+        raise ModelLoadError(f"{shown}: cannot open ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ModelLoadError(f"{shown}: not a regular file")
+        if cap is not None and info.st_size > cap:
+            raise ModelLoadError(
+                f"{shown}: {info.st_size} bytes, more than the {cap} a manifest may have"
+            )
+        return fh.read()
+
+
+def _parse_manifest(data: bytes, mpath: Path) -> dict[str, Any]:
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise _RetryableError(f"{mpath}: not valid JSON ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ModelLoadError(f"{mpath}: field 'format' is not {FORMAT!r}")
+        raise _RetryableError(f"{mpath}: field 'format' is not {FORMAT!r}")
     if manifest.get("format_version") != FORMAT_VERSION:
         raise ModelLoadError(
             f"{mpath}: field 'format_version' is {manifest.get('format_version')!r}; this "
-            f"dtdr-agents ({__version__}) reads version {FORMAT_VERSION}"
+            f"dtdr-agents ({__version__}) reads version {FORMAT_VERSION} (save the model again)"
         )
-    for key in ("class", "params", "tools", "catalogue_hash", "state"):
+    for key in ("class", "params", "tools", "catalogue_hash", "state", "integrity"):
         if key not in manifest:
-            raise ModelLoadError(f"{mpath}: missing field {key!r}")
+            raise _RetryableError(f"{mpath}: missing field {key!r}")
     children = manifest.get("children", [])
     if not isinstance(children, list) or not all(
         isinstance(c, str) and CHILD_NAME.match(c) for c in children
     ):
-        raise ModelLoadError(f"{mpath}: field 'children' must list parameter names")
+        raise _RetryableError(f"{mpath}: field 'children' must list parameter names")
+    integrity = manifest["integrity"]
+    if not isinstance(integrity, dict) or not all(
+        isinstance(integrity.get(k), str) for k in ("arrays_sha256", "manifest_sha256")
+    ):
+        raise _RetryableError(f"{mpath}: field 'integrity' is not valid")
     return manifest
 
 
-def read_arrays(folder: Path) -> dict[str, np.ndarray]:
-    """The arrays of the model folder `folder` (safetensors, no pickle)."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
-    apath = folder / ARRAYS
+def _check_catalogue(manifest: Mapping[str, Any], mpath: Path) -> None:
     try:
-        return dict(load_file(str(apath)))
-    except FileNotFoundError as exc:
-        raise ModelLoadError(f"{apath}: missing") from exc
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise ModelLoadError(f"{apath}: corrupt ({exc})") from exc
+        tools = Toolset(manifest["tools"])
+    except (DTDRError, TypeError, ValueError) as exc:
+        raise _RetryableError(f"{mpath}: field 'tools' is invalid: {exc}") from None
+    if tools.catalogue_hash != manifest["catalogue_hash"]:
+        raise _RetryableError(
+            f"{mpath}: field 'catalogue_hash' does not match field 'tools' (edited?)"
+        )
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """The checked manifest of the model folder `folder` (its integrity not verified).
+
+    Raises:
+        ModelLoadError: Naming the file and field when the folder or manifest is not valid.
+    """
+    fd = _open_dir(folder, None, folder)
+    try:
+        return _parse_manifest(
+            _read_file(fd, MANIFEST, folder / MANIFEST, MAX_MANIFEST_BYTES), folder / MANIFEST
+        )
+    finally:
+        os.close(fd)
+
+
+def _load_arrays(data: bytes, apath: Path) -> dict[str, np.ndarray]:
+    from safetensors import SafetensorError
+    from safetensors.numpy import load
+
+    try:
+        return dict(load(data))
+    except (SafetensorError, OSError, ValueError, TypeError) as exc:
+        raise _RetryableError(f"{apath}: corrupt ({exc})") from None
+
+
+def read_arrays(folder: Path) -> dict[str, np.ndarray]:
+    """The arrays of the model folder `folder` (safetensors, no pickle; not verified)."""
+    fd = _open_dir(folder, None, folder)
+    try:
+        return _load_arrays(_read_file(fd, ARRAYS, folder / ARRAYS, None), folder / ARRAYS)
+    finally:
+        os.close(fd)
+
+
+def _read_at(dir_fd: int, folder: Path, expected: str | None) -> SavedModel:
+    """Read and verify the model in the open folder `dir_fd` (shown as `folder`)."""
+    mpath, apath = folder / MANIFEST, folder / ARRAYS
+    manifest = _parse_manifest(_read_file(dir_fd, MANIFEST, mpath, MAX_MANIFEST_BYTES), mpath)
+    integrity = manifest["integrity"]
+    _check_catalogue(manifest, mpath)
+    digest = manifest_digest(manifest)
+    if digest != integrity["manifest_sha256"]:
+        raise _RetryableError(
+            f"{mpath}: content does not match its checksum (field 'integrity'): the file "
+            "was edited or is corrupt"
+        )
+    if expected is not None and digest != expected:
+        raise _RetryableError(f"{mpath}: not the nested model its parent folder was saved with")
+    data = _read_file(dir_fd, ARRAYS, apath, None)
+    if hashlib.sha256(data).hexdigest() != integrity["arrays_sha256"]:
+        raise _RetryableError(f"{apath}: corrupt (its SHA-256 does not match {mpath})")
+    arrays = _load_arrays(data, apath)
+    child_digests = integrity.get("children_sha256") or {}
+    if not isinstance(child_digests, dict) or set(child_digests) != set(manifest["children"]):
+        raise _RetryableError(f"{mpath}: field 'integrity' does not list the nested retrievers")
+    children: dict[str, SavedModel] = {}
+    for name in manifest["children"]:
+        sub = folder / name
+        try:
+            fd = _open_dir(name, dir_fd, sub)
+        except _RetryableError:
+            raise _RetryableError(
+                f"{mpath}: nested retriever {name!r} is missing (no folder {sub})"
+            ) from None
+        try:
+            children[name] = _read_at(fd, sub, str(child_digests[name]))
+        finally:
+            os.close(fd)
+    manifest.pop("children", None)
+    manifest.pop("integrity", None)
+    return SavedModel(manifest, arrays, children, folder)
 
 
 def read_model(path: str | Path) -> SavedModel:
-    """Read a model folder and its nested retrievers."""
+    """Read and verify a model folder and its nested retrievers.
+
+    Every file is read through one open handle of the folder, so a save that replaces the
+    folder meanwhile cannot mix two versions; a read that failed while the folder was being
+    replaced is tried again (up to `READ_ATTEMPTS` times).
+
+    Raises:
+        ModelLoadError: Naming the file (and field) when something is missing, corrupt, a
+            symbolic link, or does not match its checksum.
+    """
     folder = Path(path).expanduser()
-    manifest = read_manifest(folder)
-    arrays = read_arrays(folder)
-    children: dict[str, SavedModel] = {}
-    for name in manifest.get("children", []):
-        sub = folder / name
-        if not sub.is_dir():
-            raise ModelLoadError(
-                f"{folder / MANIFEST}: nested retriever {name!r} is missing (no folder {sub})"
-            )
-        children[name] = read_model(sub)
-    manifest.pop("children", None)
-    return SavedModel(manifest, arrays, children, folder)
+    for attempt in range(READ_ATTEMPTS):
+        try:
+            fd = _open_dir(folder, None, folder)
+        except _RetryableError as exc:
+            if attempt + 1 < READ_ATTEMPTS:
+                time.sleep(0.01 * (attempt + 1))
+                continue
+            raise ModelLoadError(str(exc)) from None
+        try:
+            return _read_at(fd, folder, None)
+        except _RetryableError as exc:
+            if attempt + 1 == READ_ATTEMPTS or not _replaced(folder, fd):
+                raise ModelLoadError(str(exc)) from None
+        finally:
+            os.close(fd)
+        time.sleep(0.01 * (attempt + 1))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _replaced(folder: Path, fd: int) -> bool:
+    """Whether `folder` no longer names the folder open as `fd` (a save replaced it)."""
+    try:
+        now = os.stat(folder)
+    except OSError:
+        return True
+    held = os.fstat(fd)
+    return (now.st_ino, now.st_dev) != (held.st_ino, held.st_dev)
+
+
+def check_saved_values(model: SavedModel, n_tools: int) -> None:
+    """Check the values every saved retriever has: array types and finiteness, end rate.
+
+    Class-specific shapes and ranges are checked by each retriever's `_set_state`.
+
+    Raises:
+        ModelLoadError: Naming the file and the array or field.
+    """
+    mpath, apath = manifest_path(model), arrays_path(model)
+    for name, array in model.arrays.items():
+        if array.dtype.kind not in "biuf":
+            raise ModelLoadError(f"{apath}: array {name!r} has dtype {array.dtype}, not numeric")
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            raise ModelLoadError(f"{apath}: array {name!r} holds NaN or infinite values")
+    emb = model.arrays.get("tool_embeddings")
+    if emb is not None and (emb.ndim != 2 or len(emb) != n_tools or emb.dtype.kind != "f"):
+        raise ModelLoadError(
+            f"{apath}: array 'tool_embeddings' has shape {emb.shape} ({emb.dtype}), not "
+            f"({n_tools}, dim) floats"
+        )
+    end_rate = model.manifest.get("end_rate", 0.0)
+    if (
+        isinstance(end_rate, bool)
+        or not isinstance(end_rate, int | float)
+        or not 0.0 <= end_rate <= 1.0
+    ):
+        raise ModelLoadError(f"{mpath}: field 'end_rate' must be in [0, 1], got {end_rate!r}")
 
 
 def manifest_path(model: SavedModel) -> Path:

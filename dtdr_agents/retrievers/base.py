@@ -25,6 +25,7 @@ from dtdr_agents.encoders import (
     TfidfEncoder,
     encoder_spec,
     get_encoder,
+    is_builtin_encoder,
 )
 from dtdr_agents.errors import (
     DTDRError,
@@ -38,6 +39,7 @@ from dtdr_agents.persistence import (
     FORMAT_VERSION,
     SavedModel,
     arrays_path,
+    check_saved_values,
     child_arrays,
     manifest_path,
     read_model,
@@ -76,6 +78,21 @@ class Scores:
     ood_reason: str | None = None
     over_current: bool = False
     notes: dict[str, str] = field(default_factory=dict)
+
+
+def check_threshold(value: Any, name: str, *, upper: float | None) -> None:
+    """For `_set_state`: a saved threshold is None or a finite number in [0, upper]."""
+    if value is None:
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not np.isfinite(value)
+        or value < 0
+        or (upper is not None and value > upper)
+    ):
+        bound = "a finite number >= 0" if upper is None else f"in [0, {upper}]"
+        raise ModelLoadError(f"field 'state.{name}' must be {bound}, got {value!r}")
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -562,19 +579,27 @@ def _restore(
     retriever.fit_tools_ = fit_tools
     retriever.labels_ = (*fit_tools.names, END_OF_PLAN)
     retriever._label_index = {n: i for i, n in enumerate(retriever.labels_)}
+    check_saved_values(saved, len(fit_tools))
     retriever.end_rate_ = float(manifest.get("end_rate", 0.0))
     retriever.encoder_ = _restore_encoder(manifest, arrays, encoder, allow_encoder_change, where)
     retriever.tool_embeddings_ = arrays.get("tool_embeddings")
-    if retriever.tool_embeddings_ is not None and len(retriever.tool_embeddings_) != len(fit_tools):
-        raise ModelLoadError(
-            f"{arrays_path(saved)}: 'tool_embeddings' has the wrong number of rows"
-        )
     retriever._set_parts(parts)
-    retriever._set_state(manifest["state"], child_arrays(arrays, "model"))
+    try:
+        retriever._set_state(manifest["state"], child_arrays(arrays, "model"))
+    except ModelLoadError as exc:
+        raise ModelLoadError(f"{where}: {exc}") from None
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError, MemoryError) as exc:
+        raise ModelLoadError(
+            f"{where}: field 'state' or {arrays_path(saved).name} is corrupt "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
     retriever._fitted = True
 
     current = manifest.get("current_tools")
-    target = Toolset(current) if current else fit_tools
+    try:
+        target = Toolset(current) if current else fit_tools
+    except (DTDRError, TypeError, ValueError) as exc:
+        raise ModelLoadError(f"{where}: field 'current_tools' is invalid: {exc}") from None
     if tools is not None:
         given = tools if isinstance(tools, Toolset) else Toolset(tools)
         if given.catalogue_hash != fit_tools.catalogue_hash and not allow_catalogue_change:
@@ -598,11 +623,27 @@ def _restore_encoder(
     info = manifest.get("encoder")
     if info is None:
         return None
+    if not isinstance(info, dict) or not isinstance(info.get("id"), str):
+        raise ModelLoadError(f"{where}: field 'encoder' is not valid")
     if "state" in info:  # a fitted TF-IDF encoder travels with the model
-        saved: Encoder = TfidfEncoder.from_state(info["state"], child_arrays(arrays, "encoder"))
+        try:
+            saved: Encoder = TfidfEncoder.from_state(info["state"], child_arrays(arrays, "encoder"))
+        except (ModelLoadError, TypeError, ValueError, AttributeError) as exc:
+            raise ModelLoadError(f"{where}: field 'encoder' is corrupt: {exc}") from None
+        if saved.id != info["id"]:
+            raise ModelLoadError(
+                f"{where}: field 'encoder' is corrupt: the saved TF-IDF state has id "
+                f"{saved.id!r}, not the recorded {info['id']!r}"
+            )
         resolved = saved if encoder is None else get_encoder(encoder)
     else:
-        resolved = get_encoder(encoder if encoder is not None else info.get("spec"))
+        spec = info.get("spec")
+        if encoder is None and not is_builtin_encoder(spec):
+            raise ModelLoadError(
+                f"{where}: the model was fitted with encoder {spec!r}; a saved model never "
+                f"loads a model it merely names: pass encoder={spec!r} to load it"
+            )
+        resolved = get_encoder(encoder if encoder is not None else spec)
         saved = resolved
     if (resolved.id != info.get("id") or saved.id != info.get("id")) and not allow_change:
         raise ModelLoadError(

@@ -13,7 +13,7 @@ import numpy as np
 
 from dtdr_agents.encoders import Encoder, VocabularyCheck
 from dtdr_agents.errors import ModelLoadError
-from dtdr_agents.retrievers.base import Scores, ToolRetriever
+from dtdr_agents.retrievers.base import Scores, ToolRetriever, check_threshold
 from dtdr_agents.retrievers.markov import GLOBAL, UNSEEN, MarkovTables, history_key
 from dtdr_agents.types import Demonstration, Toolset
 
@@ -221,8 +221,26 @@ class DTDRC(ToolRetriever):
             self.cluster_sizes_ = np.asarray(arrays["cluster_sizes"], dtype=np.int64)
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelLoadError(f"corrupt DTDR-C state: missing or bad {exc}") from exc
-        if self.centroids_.shape[0] != self.n_clusters_:
+        if self.centroids_.ndim != 2 or self.centroids_.shape[0] != self.n_clusters_:
             raise ModelLoadError("corrupt DTDR-C state: centroids do not match n_clusters")
+        if self.encoder_ is not None and self.centroids_.shape[1] != self.encoder_.dim:
+            raise ModelLoadError("corrupt DTDR-C state: centroids do not match the encoder")
+        if self.cluster_sizes_.shape != (self.n_clusters_,) or (self.cluster_sizes_ < 0).any():
+            raise ModelLoadError("corrupt DTDR-C state: bad 'cluster_sizes'")
+        check_threshold(self.ood_threshold_, "ood_threshold", upper=None)
+        check_threshold(vocab, "vocab_threshold", upper=1.0)
+        rows = arrays.get("markov_rows")
+        width = rows.shape[1] - 3 if rows is not None and rows.ndim == 2 else -1
+        if (
+            isinstance(self.order, bool)
+            or not isinstance(self.order, int)
+            or max(self.order, 1) != width
+            or not isinstance(self.backoff, bool)
+        ):
+            raise ModelLoadError(
+                f"corrupt DTDR-C state: parameter 'order' ({self.order!r}) or 'backoff' does "
+                "not match the saved Markov tables"
+            )
         self._centroid_sq = (self.centroids_**2).sum(axis=1)
         orders = self._orders()
         self.tables_ = MarkovTables.from_arrays(len(self.labels_), orders, dict(arrays))

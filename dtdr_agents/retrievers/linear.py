@@ -13,7 +13,7 @@ import numpy as np
 
 from dtdr_agents.encoders import Encoder, TokenLimited, VocabularyCheck, token_limit
 from dtdr_agents.errors import ModelLoadError
-from dtdr_agents.retrievers.base import Scores, ToolRetriever, softmax
+from dtdr_agents.retrievers.base import Scores, ToolRetriever, check_threshold, softmax
 from dtdr_agents.types import END_OF_PLAN, Demonstration, Toolset
 
 HistoryMode = Literal["text", "structured", "none"]
@@ -386,6 +386,31 @@ class DTDRL(ToolRetriever):
         )
         if self.ood_threshold_ is not None and self.ood_mean_ is None:
             raise ModelLoadError("corrupt DTDR-L state: OOD threshold without its statistics")
+        self._check_state(thr, vocab)
+
+    def _check_state(self, thr: Any, vocab: Any) -> None:
+        """Saved shapes and ranges match the parameters (for `_set_state`)."""
+        check_threshold(thr, "ood_threshold", upper=None)
+        check_threshold(vocab, "vocab_threshold", upper=1.0)
+        if self.history not in ("text", "structured", "none") or not (
+            self.history_length is None
+            or (isinstance(self.history_length, int) and 0 <= self.history_length <= 10_000)
+        ):
+            raise ModelLoadError("corrupt DTDR-L state: bad 'history' or 'history_length'")
+        dim = self.encoder_.dim if self.encoder_ is not None else self.weight_.shape[-1]
+        p = self._positions
+        n_in = dim * (p + 2) + p + 1 if self.history == "structured" else dim
+        if self.weight_.shape != (len(self.labels_), n_in):
+            raise ModelLoadError(
+                f"corrupt DTDR-L state: weight has shape {self.weight_.shape}, not "
+                f"({len(self.labels_)}, {n_in})"
+            )
+        if self.ood_mean_ is not None and (
+            self.ood_mean_.shape != (dim,)
+            or self.ood_precision_ is None
+            or self.ood_precision_.shape != (dim, dim)
+        ):
+            raise ModelLoadError("corrupt DTDR-L state: OOD statistics do not match the encoder")
 
 
 class StaticLR(DTDRL):
