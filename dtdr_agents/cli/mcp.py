@@ -1,0 +1,69 @@
+"""`dtdr-agents mcp-proxy`: a history-aware MCP proxy in front of an upstream MCP server."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from dtdr_agents.cli._common import CLIError, split_ids
+
+INSTALL_HINT = "the MCP proxy needs the mcp extra: pip install 'dtdr-agents[mcp]'"
+
+
+def cmd_mcp_proxy(args: argparse.Namespace) -> int:
+    """Run the proxy over stdin/stdout until the client disconnects."""
+    upstream = list(args.upstream)
+    if upstream and upstream[0] == "--":
+        upstream = upstream[1:]
+    if not upstream:
+        raise CLIError(
+            "mcp-proxy needs the upstream server's command after --, e.g. "
+            "dtdr-agents mcp-proxy --model model/ -- python my_server.py"
+        )
+    if args.k < 1 or args.timeout <= 0:
+        raise CLIError("-k must be >= 1 and --timeout > 0 seconds")
+    try:
+        from mcp_dtdr import run_proxy
+    except ImportError as exc:
+        raise CLIError(f"{INSTALL_HINT} ({exc})") from exc
+    try:
+        run_proxy(
+            args.model,
+            upstream,
+            k=args.k,
+            always_include=split_ids(args.always_include, ()),
+            timeout=args.timeout,
+            search_k=args.search_k,
+            cache=args.cache,
+        )
+    except ValueError as exc:
+        raise CLIError(str(exc)) from exc
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    """Add ``mcp-proxy``."""
+    p = sub.add_parser(
+        "mcp-proxy",
+        help="serve an upstream MCP server's tools, only those ranked for the next step",
+        description=(
+            "Speak MCP over stdio to a client and start the upstream MCP server (the command "
+            "after --) over stdio. The client sees at most k upstream tools, re-ranked from its "
+            "task (set_task) and the calls made so far, plus set_task and search_tools."
+        ),
+    )
+    p.add_argument("--model", required=True, help="a retriever folder (dtdr-agents fit -o DIR)")
+    p.add_argument("-k", type=int, default=5, help="upstream tools exposed per step")
+    p.add_argument("--always-include", default="", help="comma-separated tools always exposed")
+    p.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds per upstream request (default 30)"
+    )
+    p.add_argument("--search-k", type=int, default=None, help="tools found by search_tools")
+    p.add_argument(
+        "--cache",
+        choices=("off", "append"),
+        default="off",
+        help="append: the exposed list only grows within a task (prompt-cache friendly)",
+    )
+    p.add_argument("upstream", nargs=argparse.REMAINDER, help="-- UPSTREAM_COMMAND [ARGS...]")
+    p.set_defaults(func=cmd_mcp_proxy)

@@ -1,0 +1,515 @@
+"""A history-aware MCP proxy: expose only the upstream tools ranked for the session's next step.
+
+The proxy speaks MCP over stdio to its client and starts the upstream server over stdio. A
+session sees at most `k` retrieved upstream tools (plus ``always_include`` and the tools its
+last ``search_tools`` found) and two meta-tools:
+
+* ``set_task(request)`` sets the session's request (the user's task) and re-ranks;
+* ``search_tools(query)`` is an explicit look-up that also makes the found tools callable.
+
+Every ``tools/call`` of an upstream tool is forwarded, appended to the session's history, and
+the catalogue is re-ranked from the request and that history (`dtdr_agents.runtime`); when the
+exposed set changed, the proxy sends ``notifications/tools/list_changed``. Calls of tools the
+session does not expose are refused with an MCP error; upstream errors pass through. An
+upstream that fails to start, dies, answers too slowly or lists duplicate tool names is
+reported to the client as an MCP error naming the cause; every upstream request has a
+time-out.
+
+The change notification reaches clients that connected with the initialize handshake (the
+protocol versions up to 2025-11-25, what `ClientSession.initialize` negotiates). Clients of
+the 2026-07-28 protocol receive change notifications only on a ``subscriptions/listen``
+stream, which the proxy does not serve yet; they still see the new list on ``tools/list``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+import mcp_types as types
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.stdio import stdio_server
+from mcp.shared._stream_protocols import ReadStream, WriteStream
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+
+from dtdr_agents.errors import DTDRError
+from dtdr_agents.retrievers import load_retriever
+from dtdr_agents.retrievers.base import ToolRetriever
+from dtdr_agents.runtime import BindingPolicy, StepRecord, StepSelector
+from dtdr_agents.selection import SelectionPolicy, select
+from dtdr_agents.types import Tool, Toolset
+
+__all__ = [
+    "SEARCH_TOOLS",
+    "SET_TASK",
+    "ProxyConfig",
+    "ProxySession",
+    "Upstream",
+    "UpstreamError",
+    "build_server",
+    "run_proxy",
+    "serve_proxy",
+]
+
+SET_TASK = "set_task"
+"""Name of the meta-tool that sets the session's request."""
+
+SEARCH_TOOLS = "search_tools"
+"""Name of the meta-tool that looks tools up explicitly."""
+
+_META_TOOLS = (
+    types.Tool(
+        name=SET_TASK,
+        description=(
+            "Set the task you are working on (the user's request, in their words). Call it "
+            "first: the tools offered to you are chosen for this task and the calls you make."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {"request": {"type": "string", "description": "The user's request."}},
+            "required": ["request"],
+        },
+    ),
+    types.Tool(
+        name=SEARCH_TOOLS,
+        description=(
+            "Find tools by what they do when none of the offered tools fits; the tools found "
+            "become callable."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "What the tool does."}},
+            "required": ["query"],
+        },
+    ),
+)
+
+
+class UpstreamError(DTDRError, RuntimeError):
+    """The upstream MCP server failed: it did not start, died, was too slow or is invalid."""
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """Options of the proxy.
+
+    Attributes:
+        k: Expose at most this many retrieved upstream tools.
+        always_include: Upstream tools exposed at every step (not counted against `k`).
+        timeout: Seconds to wait for each upstream request (start-up included).
+        search_k: Tools returned (and made callable) by ``search_tools`` (default `k`).
+        cache: ``"off"`` or ``"append"`` (the exposed list only grows within a task).
+    """
+
+    k: int = 5
+    always_include: tuple[str, ...] = ()
+    timeout: float = 30.0
+    search_k: int | None = None
+    cache: str = "off"
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ValueError(f"ProxyConfig.k must be >= 1, got {self.k}")
+        if not self.timeout > 0:
+            raise ValueError(f"ProxyConfig.timeout must be > 0 seconds, got {self.timeout}")
+        if self.search_k is not None and self.search_k < 1:
+            raise ValueError(f"ProxyConfig.search_k must be >= 1, got {self.search_k}")
+        object.__setattr__(self, "always_include", tuple(self.always_include))
+
+
+def _mcp_error(message: str, code: int = types.INTERNAL_ERROR) -> MCPError:
+    return MCPError(code=code, message=message)
+
+
+# ---------------------------------------------------------------------------------- upstream
+class Upstream:
+    """The connection to the upstream MCP server (or why there is none).
+
+    Attributes:
+        argv: The upstream command line.
+        timeout: Seconds to wait for each upstream request.
+        session: The client session, None when the upstream failed to start.
+        tools: The upstream's tools (unique names), in the order it listed them.
+        error: Why the upstream is unusable, or None.
+    """
+
+    def __init__(self, argv: Sequence[str], timeout: float) -> None:
+        self.argv = tuple(argv)
+        self.timeout = timeout
+        self.session: ClientSession | None = None
+        self.tools: list[types.Tool] = []
+        self.error: str | None = None
+
+    @property
+    def name(self) -> str:
+        """A short name of the upstream for messages."""
+        return Path(self.argv[0]).name if self.argv else "upstream"
+
+    @classmethod
+    async def start(
+        cls,
+        stack: AsyncExitStack,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        env: Mapping[str, str] | None = None,
+        errlog: TextIO | None = None,
+    ) -> Upstream:
+        """Start the upstream server, initialize it and list its tools.
+
+        Failures do not raise: they are kept in `error` and reported to the client.
+        """
+        upstream = cls(argv, timeout)
+        if not argv:
+            upstream.error = "no upstream command was given"
+            return upstream
+        params = StdioServerParameters(
+            command=argv[0], args=list(argv[1:]), env=dict(env) if env is not None else None
+        )
+        try:
+            read, write = await stack.enter_async_context(
+                stdio_client(params, errlog=errlog or sys.stderr)
+            )
+            session = await stack.enter_async_context(
+                ClientSession(read, write, read_timeout_seconds=timeout)
+            )
+            with anyio.fail_after(timeout):
+                await session.initialize()
+            tools = await upstream._list(session)
+        except UpstreamError as exc:
+            upstream.error = str(exc)
+            return upstream
+        except TimeoutError:
+            upstream.error = (
+                f"the upstream MCP server {upstream.name!r} did not complete the MCP handshake "
+                f"within {timeout:g} s"
+            )
+            return upstream
+        except (OSError, MCPError, ValueError, RuntimeError) as exc:
+            upstream.error = (
+                f"the upstream MCP server {upstream.name!r} could not be started or initialized: "
+                f"{type(exc).__name__}: {exc}"
+            )
+            return upstream
+        upstream.session = session
+        upstream.tools = tools
+        return upstream
+
+    async def _list(self, session: ClientSession) -> list[types.Tool]:
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        for _ in range(1000):  # bounded pagination
+            with anyio.fail_after(self.timeout):
+                page = await session.list_tools(
+                    params=types.PaginatedRequestParams(cursor=cursor) if cursor else None
+                )
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        seen: dict[str, int] = {}
+        for pos, tool in enumerate(tools):
+            if tool.name in seen:
+                raise UpstreamError(
+                    f"the upstream MCP server {self.name!r} lists the tool name {tool.name!r} "
+                    f"twice (positions {seen[tool.name]} and {pos}); tool names must be unique"
+                )
+            seen[tool.name] = pos
+        if not tools:
+            raise UpstreamError(f"the upstream MCP server {self.name!r} lists no tools")
+        return tools
+
+    def check(self) -> ClientSession:
+        """The session; raises an MCP error saying why the upstream is unusable."""
+        if self.session is None:
+            raise _mcp_error(f"dtdr-agents mcp-proxy: {self.error}")
+        return self.session
+
+    async def call(self, name: str, arguments: Mapping[str, Any] | None) -> types.CallToolResult:
+        """Forward a tool call; upstream tool errors come back as results (``is_error``).
+
+        Raises:
+            MCPError: The upstream is unusable, timed out, closed the connection or answered
+                with an MCP error (its message is kept).
+        """
+        session = self.check()
+        try:
+            with anyio.fail_after(self.timeout):
+                return await session.call_tool(name, dict(arguments or {}))
+        except TimeoutError:
+            raise _mcp_error(
+                f"the upstream MCP server {self.name!r} did not answer tools/call {name!r} "
+                f"within {self.timeout:g} s"
+            ) from None
+        except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED or "closed" in exc.message.lower():
+                self.session = None
+                self.error = (
+                    f"the upstream MCP server {self.name!r} closed the connection (it may have "
+                    f"exited) during tools/call {name!r}: {exc.message}"
+                )
+                raise _mcp_error(f"dtdr-agents mcp-proxy: {self.error}") from exc
+            raise MCPError(
+                code=exc.code,
+                message=f"upstream {self.name!r}: {exc.message}",
+                data=exc.data,
+            ) from exc
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as exc:
+            self.session = None
+            self.error = (
+                f"the upstream MCP server {self.name!r} is gone (it may have exited) during "
+                f"tools/call {name!r}: {type(exc).__name__}"
+            )
+            raise _mcp_error(f"dtdr-agents mcp-proxy: {self.error}") from exc
+
+
+# ----------------------------------------------------------------------------------- session
+def _core_tool(tool: types.Tool) -> Tool:
+    return Tool(name=tool.name, description=tool.description or "", parameters=tool.input_schema)
+
+
+class ProxySession:
+    """What one client session sees: its request, its call history and the exposed tools.
+
+    Args:
+        selector: The step selector over the upstream's tools.
+        upstream_tools: The upstream's tools, by name.
+        search_k: Tools returned by ``search_tools``.
+    """
+
+    def __init__(
+        self,
+        selector: StepSelector,
+        upstream_tools: Mapping[str, types.Tool],
+        *,
+        search_k: int,
+    ) -> None:
+        self.selector = selector
+        self.upstream_tools = dict(upstream_tools)
+        self.search_k = search_k
+        self.request: str | None = None
+        self.history: list[str] = []
+        self.step: StepRecord | None = None
+        self.found: tuple[str, ...] = ()
+        self.steps: list[StepRecord] = []
+
+    def exposed(self) -> tuple[str, ...]:
+        """Upstream tool names the session may call, in the order they are listed."""
+        names = list(self.step.bound if self.step is not None else ())
+        for name in (*self.selector.policy.always_include, *self.found):
+            if name not in names:
+                names.append(name)
+        return tuple(names)
+
+    def rerank(self) -> None:
+        """Select the tools for the next step (needs a request)."""
+        if self.request is None:
+            return
+        self.step = self.selector.select(self.request, self.history, previous=self.step)
+        self.steps.append(self.step)
+
+    def set_task(self, request: Any) -> str:
+        """Set the request, reset the history, re-rank; the text answered to the client.
+
+        Raises:
+            MCPError: The request is missing or empty.
+        """
+        if not isinstance(request, str) or not request.strip():
+            raise _mcp_error(
+                f"{SET_TASK} needs a non-empty 'request' string (the user's task), got {request!r}",
+                types.INVALID_PARAMS,
+            )
+        self.request = request.strip()
+        self.history = []
+        self.found = ()
+        self.step = None
+        self.steps = []
+        self.rerank()
+        return f"Task set. Tools offered for the next step: {', '.join(self.exposed())}."
+
+    def search(self, query: Any) -> str:
+        """Look tools up by `query` and make them callable; the text answered to the client.
+
+        Raises:
+            MCPError: The query is missing or empty.
+        """
+        if not isinstance(query, str) or not query.strip():
+            raise _mcp_error(
+                f"{SEARCH_TOOLS} needs a non-empty 'query' string, got {query!r}",
+                types.INVALID_PARAMS,
+            )
+        ranking = self.selector.retriever.rank(query.strip(), ())
+        sel = select(ranking, SelectionPolicy(k=self.search_k, respect_fallback=False))
+        self.found = sel.names
+        lines = [
+            f"- {n}: {self.upstream_tools[n].description or ''}".rstrip(": ") for n in sel.names
+        ]
+        return "Found (now callable):\n" + "\n".join(lines)
+
+    def record_call(self, name: str) -> None:
+        """Append an upstream call to the history and re-rank."""
+        self.history.append(name)
+        self.rerank()
+
+    def list_tools(self) -> list[types.Tool]:
+        """The meta-tools, then the exposed upstream tools."""
+        return [*_META_TOOLS, *(self.upstream_tools[n] for n in self.exposed())]
+
+
+# ------------------------------------------------------------------------------------ server
+def _text(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+
+def build_server(upstream: Upstream, retriever: ToolRetriever | None, config: ProxyConfig) -> Any:
+    """The MCP `Server` of the proxy over a started `upstream` and a loaded `retriever`.
+
+    When the upstream failed (or the retriever cannot rank its tools), the server still
+    answers: ``tools/list`` and ``tools/call`` return an MCP error saying why.
+    """
+    session: ProxySession | None = None
+    if upstream.session is not None and retriever is not None:
+        try:
+            toolset = Toolset([_core_tool(t) for t in upstream.tools])
+            missing = [n for n in config.always_include if not toolset.has(n)]
+            if missing:
+                raise UpstreamError(
+                    f"--always-include names tools the upstream does not list: {missing}"
+                )
+            if set(retriever.tools_.names) != set(toolset.names):
+                retriever.set_tools(toolset)
+            selector = StepSelector(
+                toolset,
+                retriever,
+                policy=SelectionPolicy(
+                    k=config.k, threshold=0.0, always_include=config.always_include
+                ),
+                binding=BindingPolicy(cache=config.cache),
+            )
+            session = ProxySession(
+                selector,
+                {t.name: t for t in upstream.tools},
+                search_k=config.search_k or config.k,
+            )
+        except DTDRError as exc:
+            upstream.session = None
+            upstream.error = str(exc)
+
+    def live() -> ProxySession:
+        upstream.check()
+        assert session is not None
+        return session
+
+    async def on_list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=live().list_tools())
+
+    async def on_call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        sess = live()
+        before = sess.exposed()
+        args = dict(params.arguments or {})
+        if params.name == SET_TASK:
+            result = _text(await anyio.to_thread.run_sync(sess.set_task, args.get("request")))
+        elif params.name == SEARCH_TOOLS:
+            result = _text(await anyio.to_thread.run_sync(sess.search, args.get("query")))
+        elif params.name not in before:
+            known = params.name in sess.upstream_tools
+            raise _mcp_error(
+                f"the tool {params.name!r} is "
+                f"{'not offered at this step' if known else 'unknown'}; callable now: "
+                f"{[SET_TASK, SEARCH_TOOLS, *before]}. Call {SET_TASK} with the user's request, "
+                f"or {SEARCH_TOOLS} to find a tool.",
+                types.INVALID_PARAMS,
+            )
+        else:
+            result = await upstream.call(params.name, args)
+            await anyio.to_thread.run_sync(sess.record_call, params.name)
+        if sess.exposed() != before:
+            with contextlib.suppress(Exception):  # a client that cannot take it still polls
+                await ctx.session.send_tool_list_changed()
+        return result
+
+    return Server(
+        "dtdr-agents-mcp-proxy",
+        instructions=(
+            f"Call {SET_TASK} with the user's request first. The tools offered change after "
+            f"every call to fit the next step; use {SEARCH_TOOLS} when none fits."
+        ),
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+    )
+
+
+async def serve_proxy(
+    retriever: ToolRetriever | None,
+    upstream_argv: Sequence[str],
+    read_stream: ReadStream[SessionMessage | Exception],
+    write_stream: WriteStream[SessionMessage],
+    config: ProxyConfig,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> None:
+    """Start the upstream and serve one client on the given streams until it disconnects."""
+    async with AsyncExitStack() as stack:
+        upstream = await Upstream.start(stack, upstream_argv, timeout=config.timeout, env=env)
+        server = build_server(upstream, retriever, config)
+        options = server.create_initialization_options(NotificationOptions(tools_changed=True))
+        await server.run(read_stream, write_stream, options)
+
+
+def run_proxy(
+    model_dir: str | Path,
+    upstream_argv: Sequence[str],
+    *,
+    k: int = 5,
+    always_include: Sequence[str] = (),
+    timeout: float = 30.0,
+    search_k: int | None = None,
+    cache: str = "off",
+    env: Mapping[str, str] | None = None,
+) -> None:
+    """Run the proxy over this process's stdin/stdout until the client disconnects.
+
+    Args:
+        model_dir: A retriever saved with `save` / ``dtdr-agents fit``; the upstream's tools
+            may differ from its catalogue (new tools are ranked by a query-similarity prior).
+        upstream_argv: The upstream MCP server's command line.
+        k: Expose at most this many retrieved upstream tools.
+        always_include: Upstream tools exposed at every step.
+        timeout: Seconds to wait for each upstream request (start-up included).
+        search_k: Tools returned by ``search_tools`` (default `k`).
+        cache: ``"append"`` keeps the exposed list growing within a task.
+        env: Environment of the upstream process (default: the SDK's safe default).
+
+    Raises:
+        ModelLoadError: The model folder cannot be loaded.
+        ValueError: Invalid options or an empty upstream command.
+    """
+    if not upstream_argv:
+        raise ValueError("the upstream MCP server command is missing (after --)")
+    config = ProxyConfig(
+        k=k,
+        always_include=tuple(always_include),
+        timeout=timeout,
+        search_k=search_k,
+        cache=cache,
+    )
+    retriever = load_retriever(model_dir)
+
+    async def main() -> None:
+        async with stdio_server() as (read, write):
+            await serve_proxy(retriever, upstream_argv, read, write, config, env=env)
+
+    anyio.run(main)
