@@ -13,6 +13,7 @@ from dtdr_agents.bench import run_ablations, run_bench
 from dtdr_agents.cli._common import CLIError, split_ids
 from dtdr_agents.datasets.stats import problem_summary
 from dtdr_agents.encoders import default_cache_dir, get_encoder
+from dtdr_agents.planning.sources import bench_planner
 from dtdr_agents.progress import progress_bar
 from dtdr_agents.report import (
     BENCH_COLUMNS,
@@ -68,6 +69,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         chat = OpenAIChat(model=args.chat_model or "gpt-4o-mini", base_url=args.chat_base_url)
     ids = split_ids(args.retrievers, default_bench_ids())
+    planning = bench_planner(
+        test,
+        plans=args.plans,
+        from_instruction=args.plans_from_instruction,
+        chat_model=chat,
+        record=args.record_plans,
+        skip_bad=args.skip_bad,
+    )
+    for problem in planning.problems:
+        print(f"plans: {problem}", file=sys.stderr)
     print(
         f"{train.name}: {len(train.demos)} demonstrations, {len(test.demos)} test plans, "
         f"{len(train.tools)} tools, encoder {encoder.id}",
@@ -81,11 +92,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         chat_model=chat,
         progress=progress_bar(not args.quiet),
+        context={"planner": planning.planner} if planning.planner is not None else None,
     )
     print(format_table(results, BENCH_COLUMNS))
+    uses_planner = any(rid.split(":")[0] == "toolqp" for rid in ids)
+    if uses_planner and planning.planner is not None:
+        print(f"toolqp planner: {planning.note}")
     for rid, reason in skipped.items():
         print(f"skipped {rid}: {reason}")
     extra: dict[str, Any] = {"skipped": skipped, "seed": args.seed}
+    if uses_planner:
+        extra["planner"] = planning.to_json()
     if args.ablations:
         extra["ablations"] = run_ablations(train, test, encoder=encoder, seed=args.seed)
     report = build_report(
@@ -147,7 +164,7 @@ def add_commands(sub: Any) -> None:
     bench.add_argument(
         "--dataset",
         required=True,
-        help="demo, taskbench, sealtools, nestful, rectools, metatool, tinyagent, jsonl",
+        help="demo, taskbench, sealtools, nestful, rectools, metatool, toolret, tinyagent, jsonl",
     )
     bench.add_argument("--path", help="dataset file or folder")
     bench.add_argument("--tools", help="tools file (jsonl datasets)")
@@ -175,8 +192,16 @@ def add_commands(sub: Any) -> None:
         "--cache-dir", help=f"embedding cache folder (default {default_cache_dir()})"
     )
     bench.add_argument("--no-cache", action="store_true", help="no on-disk embedding cache")
-    bench.add_argument("--chat-base-url", help="OpenAI-compatible endpoint for lim")
-    bench.add_argument("--chat-model", help="chat model name for lim")
+    bench.add_argument("--chat-base-url", help="OpenAI-compatible endpoint for lim and toolqp")
+    bench.add_argument("--chat-model", help="chat model name for lim and toolqp")
+    bench.add_argument("--plans", help="toolqp: replay recorded plans (JSON lines)")
+    bench.add_argument(
+        "--plans-from-instruction",
+        action="store_true",
+        help="toolqp: each ToolRet query's instruction as a one-query plan (dataset-provided "
+        "LLM text, not a live planner)",
+    )
+    bench.add_argument("--record-plans", help="toolqp with a chat model: append its plans here")
     bench.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     bench.set_defaults(func=cmd_bench)
 
