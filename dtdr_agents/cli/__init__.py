@@ -21,6 +21,7 @@ GROUPS = (
     "dtdr_agents.cli.bench",  # bench, stats, report
     "dtdr_agents.cli.e2e",  # e2e (end-to-end function calling)
     "dtdr_agents.cli.mcp",  # mcp-proxy (history-aware MCP proxy)
+    "dtdr_agents.cli.planning",  # toolqp-speed (ToolQP planning overhead)
 )
 """Modules that add commands, in help order."""
 
