@@ -84,7 +84,7 @@ class SavedModel:
             out.update(files)
             child_digests[name] = digest
         arrays = {k: np.ascontiguousarray(v) for k, v in self.arrays.items()}
-        arrays_bytes = st_save(arrays)
+        arrays_bytes = st_save(arrays, metadata={"tools_sha256": tool_order_digest(self.manifest)})
         manifest = {k: v for k, v in self.manifest.items() if k != "integrity"}
         manifest["children"] = sorted(self.children)
         manifest = json.loads(json.dumps(manifest, default=_json_default, ensure_ascii=False))
@@ -97,6 +97,31 @@ class SavedModel:
         out[f"{prefix}{MANIFEST}"] = json.dumps(manifest, indent=2, ensure_ascii=False).encode()
         out[f"{prefix}{ARRAYS}"] = arrays_bytes
         return out, digest
+
+
+def tool_order_digest(manifest: Mapping[str, Any]) -> str:
+    """SHA-256 of the tool names in order, fitted and current (array rows follow them)."""
+
+    def names(tools: Any) -> list[Any] | None:
+        if not isinstance(tools, list):
+            return None
+        return [t.get("name") if isinstance(t, Mapping) else None for t in tools]
+
+    both = [names(manifest.get("tools")), names(manifest.get("current_tools"))]
+    return hashlib.sha256(json.dumps(both, ensure_ascii=False).encode()).hexdigest()
+
+
+def _arrays_metadata(data: bytes, apath: Path) -> dict[str, Any]:
+    """The `__metadata__` of a safetensors file's header."""
+    try:
+        size = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8 : 8 + size].decode("utf-8")) if size < len(data) else None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        header = None
+    if not isinstance(header, dict):
+        raise _RetryableError(f"{apath}: corrupt (no safetensors header)")
+    meta = header.get("__metadata__") or {}
+    return meta if isinstance(meta, dict) else {}
 
 
 def manifest_digest(manifest: Mapping[str, Any]) -> str:
@@ -258,6 +283,11 @@ def _read_at(dir_fd: int, folder: Path, expected: str | None) -> SavedModel:
     data = _read_file(dir_fd, ARRAYS, apath, None)
     if hashlib.sha256(data).hexdigest() != integrity["arrays_sha256"]:
         raise _RetryableError(f"{apath}: corrupt (its SHA-256 does not match {mpath})")
+    if _arrays_metadata(data, apath).get("tools_sha256") != tool_order_digest(manifest):
+        raise _RetryableError(
+            f"{mpath}: field 'tools' or 'current_tools' does not match the tools of "
+            f"{apath.name} (edited?)"
+        )
     arrays = _load_arrays(data, apath)
     child_digests = integrity.get("children_sha256") or {}
     if not isinstance(child_digests, dict) or set(child_digests) != set(manifest["children"]):
