@@ -14,6 +14,7 @@ import pytest
 from openai_server import OpenAIChatServer
 
 from dtdr_agents.chat import OpenAIChat
+from dtdr_agents.cli import main as cli_main
 from dtdr_agents.errors import ModelLoadError
 from dtdr_agents.planning import ChatPlanner, Plan, ReplayPlanner, SearchFn
 from dtdr_agents.retrievers import composite_ids, load_retriever, make_retriever
@@ -316,3 +317,101 @@ def test_example_params_run_offline() -> None:
     ranking = model.rank("Search hotels in Cancun. Then check the flight cancellation risk")
     assert ranking.explanation["planner"] == "clauses (no LLM)"
     assert len(ranking.explanation["queries"]) == 2
+
+
+# ------------------------------------------------------------------------------------ CLI
+@pytest.fixture
+def toolret_task(tmp_path: Path) -> Path:
+    """A small ToolRet task folder: 8 tools, 24 two-tool queries with instructions."""
+    tools = [
+        {"id": f"t{i}", "documentation": {"name": t["name"], "description": t["description"]}}
+        for i, t in enumerate(TOOLS)
+    ]
+    queries = []
+    for n in range(24):
+        a, b = n % 8, (n * 3 + 1) % 8
+        if a == b:
+            b = (b + 1) % 8
+        queries.append(
+            {
+                "id": f"q{n}",
+                "query": f"Request {n}: I need help with my trip number {n}",
+                "instruction": "retrieve tools: "
+                + "; ".join(TOOLS[i]["description"] for i in (a, b)),
+                "labels": [{"id": f"t{a}", "relevance": 1}, {"id": f"t{b}", "relevance": 1}],
+            }
+        )
+    folder = tmp_path / "task"
+    folder.mkdir()
+    (folder / "tools.json").write_text(json.dumps(tools, indent=1))
+    (folder / "queries.json").write_text(json.dumps(queries, indent=1))
+    return folder
+
+
+def _bench(task: Path, *extra: str) -> list[str]:
+    return [
+        "bench",
+        "--dataset",
+        "toolret",
+        "--path",
+        str(task),
+        "--retrievers",
+        "qts,toolqp:qts",
+        "--encoder",
+        "tfidf",
+        "--no-cache",
+        "-q",
+        *extra,
+    ]
+
+
+def test_bench_with_instruction_plans(
+    toolret_task: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_json = tmp_path / "r.json"
+    assert cli_main(_bench(toolret_task, "--plans-from-instruction", "--json", str(out_json))) == 0
+    out = capsys.readouterr().out
+    assert "dataset-provided LLM text" in out and "not figures of ToolQP with a live planner" in out
+    report = json.loads(out_json.read_text())
+    assert report["planner"]["source"] == "dataset-provided LLM text"
+    for rid in ("qts", "toolqp:qts"):
+        assert {"ndcg@10", "completeness@10"} <= set(report["results"][rid])
+    assert report["results"]["toolqp:qts"]["ndcg@10"] > report["results"]["qts"]["ndcg@10"]
+
+
+def test_bench_without_a_planner_skips_toolqp(
+    toolret_task: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli_main(_bench(toolret_task)) == 0
+    out = capsys.readouterr().out
+    assert "skipped toolqp:qts: toolqp needs a planner" in out
+
+
+def test_bench_plans_file_errors_and_skip_bad(
+    toolret_task: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plans = tmp_path / "plans.jsonl"
+    good = {"query": "Request 1: I need help with my trip number 1", "sub_goals": ["a"]}
+    plans.write_text(json.dumps({**good, "queries": ["flight cancellation"]}) + "\n{oops\n")
+    assert cli_main(_bench(toolret_task, "--plans", str(plans))) == 2
+    err = capsys.readouterr().err
+    assert f"error: {plans}:2: invalid JSON" in err
+    assert cli_main(_bench(toolret_task, "--plans", str(plans), "--skip-bad")) == 0
+    captured = capsys.readouterr()
+    assert f"plans: {plans}:2: skipped: invalid JSON" in captured.err
+    assert "toolqp replays 1 recorded plans" in captured.out
+    both = _bench(toolret_task, "--plans", str(plans), "--plans-from-instruction")
+    assert cli_main(both) == 2
+    assert "give one planner source" in capsys.readouterr().err
+
+
+def test_toolqp_speed_command(
+    toolret_task: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_json = tmp_path / "speed.json"
+    args = ["toolqp-speed", "--path", str(toolret_task), "--encoder", "tfidf", "--no-cache"]
+    assert cli_main([*args, "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert "5 recorded queries per request" in out and "p50" in out and "p99" in out
+    summary = json.loads(out_json.read_text())
+    assert summary["queries_per_request"] == 5 and summary["overhead_ms"]["p50"] > 0
