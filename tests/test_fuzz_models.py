@@ -253,7 +253,7 @@ def run_cases(pristine: dict[str, Path], root: Path, n: int, seed: int) -> Count
             outcome = "clear error" if str(folder) in str(exc) else "error without the file"
             if outcome != "clear error":
                 bad.append(f"{what}: {exc}")
-        except Exception as exc:  # noqa: BLE001 - counting crashes is the point
+        except Exception as exc:  # counting crashes is the point
             outcome = "crash"
             bad.append(f"{what}: {type(exc).__name__}: {exc}")
         else:
@@ -285,8 +285,7 @@ def test_every_corruption_kind_is_caught(pristine, tmp_path, corruption):
         shutil.copytree(path, folder)
         corruption(folder, rng)
         try:
-            got = _rankings(folder)
+            got: Any = _rankings(folder)
         except ModelLoadError as exc:
-            assert str(folder) in str(exc)
-        else:
-            assert got == _rankings(path)
+            got = str(exc)
+        assert got == _rankings(path) or (isinstance(got, str) and str(folder) in got)
