@@ -161,3 +161,14 @@ def test_unreachable_endpoint_exits_1_without_a_traceback(
     captured = capsys.readouterr()
     assert "6 unreachable" in captured.out
     assert "6 step(s) got no answer" in captured.err
+
+
+def test_missing_openai_package_is_a_clear_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "openai", None)  # import openai -> ImportError
+    argv = [*BASE, "--retrievers", "none", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"]
+    assert cli.main([*argv, "--no-step-cache", "--tokens", "approx", "-q"]) == 2
+    assert "pip install 'dtdr-agents[openai]'" in capsys.readouterr().err

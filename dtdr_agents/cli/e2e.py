@@ -124,15 +124,18 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         )
         if cache is not None:
             print(f"step cache {cache_path} ({len(cache)} steps cached)", file=sys.stderr)
-        report = run_e2e(
-            plan,
-            chat,
-            cache=cache,
-            concurrency=args.concurrency,
-            progress=progress_bar(not args.quiet),
-            tool_choice=None if args.tool_choice == "unset" else args.tool_choice,
-            text_ends_plan=not args.strict_end,
-        )
+        try:
+            report = run_e2e(
+                plan,
+                chat,
+                cache=cache,
+                concurrency=args.concurrency,
+                progress=progress_bar(not args.quiet),
+                tool_choice=None if args.tool_choice == "unset" else args.tool_choice,
+                text_ends_plan=not args.strict_end,
+            )
+        except ImportError as exc:  # the openai package is an extra
+            raise CLIError(str(exc)) from exc
     print(format_e2e_markdown(report))
     if args.json:
         write_json(args.json, report)

@@ -8,8 +8,9 @@ prompt tokens per step, latency p50/p99, unbound-call rate; failures are recorde
 
 Example:
     >>> from dtdr_agents.e2e import prepare_e2e, run_e2e  # doctest: +SKIP
-    >>> plan = prepare_e2e(train, test, ["none", "dtdr-c"], ["no_icl", "hard"], encoder=enc)
-    >>> report = run_e2e(plan, OpenAIChat("qwen3:4b", base_url="http://localhost:11434/v1"))
+    >>> plan = prepare_e2e(train, test, ["none", "dtdr-c"], ["hard"], encoder=enc)  # doctest: +SKIP
+    >>> llm = OpenAIChat("qwen3:4b", base_url="http://localhost:11434/v1")  # doctest: +SKIP
+    >>> report = run_e2e(plan, llm)  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -297,6 +297,8 @@ async def _arun(
         else:
             todo.append((req, key))
     cached = len(rows)
+    if todo:
+        _ = chat.async_client  # fail here, not per step, when the openai package is missing
     semaphore = asyncio.Semaphore(concurrency)
     catalogue = frozenset(plan.builder.api_catalogue.names)
     tasks = [

@@ -127,6 +127,7 @@ class StepRequest:
         preferred: API names of the retrieved tools, best first (empty for `no_icl`).
         prompt_tokens: Tokens of the messages plus the bound tools' schemas.
         tool_tokens: Tokens of the bound tools' schemas.
+        fingerprint: SHA-256 of the messages and tools (part of the step cache key).
     """
 
     retriever: str
@@ -139,10 +140,6 @@ class StepRequest:
     prompt_tokens: int = 0
     tool_tokens: int = 0
     fingerprint: str = field(default="", compare=False)
-
-    def body(self, model: str) -> dict[str, Any]:
-        """The request's content for `model` (what the cache key covers)."""
-        return {"model": model, "messages": self.messages, "tools": self.tools}
 
 
 def cells(retrievers: Sequence[str], modes: Sequence[str]) -> list[tuple[str, str]]:
@@ -203,6 +200,7 @@ class ProtocolBuilder:
         self.policy = policy or SelectionPolicy(k=5)
         self.seed = seed
         self.names = api_names(tools.names)
+        self._back = {api: name for name, api in self.names.items()}
         self.end_tool = Tool(END_TOOL, END_PLAN_DESCRIPTION)
         self.api_catalogue = Toolset(
             [Tool(self.names[t.name], t.description, t.parameters) for t in tools]
@@ -315,13 +313,12 @@ class ProtocolBuilder:
                 if demos:
                     extra = RAW_DEMOS_HEADER + "\n" + "\n\n".join(demos)
             else:
-                history = step.history
                 prompt = build_tool_prompt(
                     check_mode(mode),
                     self.api_catalogue,
                     preferred,
                     probabilities,
-                    history=history,
+                    history=step.history,
                     counter=self.counter,
                     schema_tokens=self.schema_tokens,
                 )
@@ -352,9 +349,7 @@ class ProtocolBuilder:
         self, retriever: ToolRetriever, step: E2EStep
     ) -> tuple[tuple[str, ...], dict[str, float]]:
         """The retriever's selection for a step, in API names (the end token left out)."""
-        back = {api: name for name, api in self.names.items()}
-        history = [back[h] for h in step.history]
-        ranking = retriever.rank(step.query, history)
+        ranking = retriever.rank(step.query, [self._back[h] for h in step.history])
         chosen = select(ranking, self.policy)
         names = tuple(self.names[n] for n in chosen.names)
         probabilities = {
