@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -34,6 +34,24 @@ completion, e.g. malformed JSON), ``"status"`` (HTTP status of that body, defaul
 Responder = Callable[[dict[str, Any]], Reply]
 
 MAX_BODY = 8 * 1024 * 1024
+
+
+PROXY_VARIABLES = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+)
+"""Proxy settings that would route loopback requests away (cleared by `clear_proxies`)."""
+
+
+def clear_proxies(monkeypatch: Any) -> None:
+    """Make HTTP clients reach 127.0.0.1 directly (call from a fixture with `monkeypatch`)."""
+    for var in PROXY_VARIABLES:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
 
 
 def tool_names(body: Mapping[str, Any]) -> list[str]:
@@ -63,6 +81,34 @@ def history_of(body: Mapping[str, Any]) -> tuple[str, list[str]]:
         for c in m.get("tool_calls") or []
     ]
     return str(content).strip(), calls
+
+
+def plan_responder(
+    plans: Mapping[str, Sequence[str]],
+    args_for: Callable[[str], Mapping[str, Any]] | None = None,
+) -> Responder:
+    """A responder that plays each request's recorded plan (a scripted model, no LLM).
+
+    It calls the next planned tool when the request offered it, answers that no offered tool
+    fits when it did not, and answers ``Done: a -> b.`` once the plan is complete.
+
+    Args:
+        plans: Request text -> tool names in call order.
+        args_for: Arguments of a call of a tool (default: none).
+    """
+
+    def responder(body: dict[str, Any]) -> Reply:
+        query, history = history_of(body)
+        plan = list(plans[query])
+        if len(history) >= len(plan):
+            return {"content": f"Done: {' -> '.join(plan)}."}
+        name = plan[len(history)]
+        if name not in tool_names(body):
+            return {"content": f"No offered tool can do {name}."}
+        args = dict(args_for(name)) if args_for is not None else {}
+        return {"tool_calls": [{"name": name, "arguments": args}]}
+
+    return responder
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from openai_server import OpenAIChatServer
+from openai_server import OpenAIChatServer, clear_proxies
 
 from dtdr_agents.chat import OpenAIChat, ainvoke_text, invoke_text
 from dtdr_agents.errors import ChatModelError
@@ -20,9 +20,7 @@ FAST = RetryPolicy(max_retries=3, base_delay=0.0, jitter=0.0, timeout=5.0)
 
 @pytest.fixture(autouse=True)
 def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    clear_proxies(monkeypatch)
 
 
 def echo(body: dict[str, Any]) -> dict[str, Any]:

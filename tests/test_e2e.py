@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from openai_server import OpenAIChatServer, history_of, tool_names
+from openai_server import OpenAIChatServer, clear_proxies, history_of, tool_names
 
 from dtdr_agents.chat import OpenAIChat
 from dtdr_agents.datasets import load_train_test
@@ -55,9 +55,7 @@ P1 = "Describe photo.jpg."
 
 @pytest.fixture(autouse=True)
 def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    clear_proxies(monkeypatch)
 
 
 @pytest.fixture(scope="module")
@@ -383,3 +381,48 @@ async def test_arun_e2e_inside_a_running_loop(policy: Policy) -> None:
     assert report["results"][0]["fsa"] == 5 / 6
     with pytest.raises(ValueError, match="concurrency"):
         await arun_e2e(one_cell, chat_for(srv), concurrency=0)
+
+
+def test_weighted_and_raw_demo_payloads(split: tuple[Dataset, Dataset]) -> None:
+    train, test = split
+    built = prepare_e2e(
+        train,
+        test,
+        ["dtdr-c"],
+        ["raw_demos", "hard_weighted", "soft_weighted"],
+        encoder=get_encoder("tfidf"),
+        k=2,
+        counter=get_token_counter("approx"),
+    )
+    catalogue = list(built.builder.api_catalogue.names)
+    by_mode: dict[str, list[Any]] = {}
+    for req in built.requests:
+        by_mode.setdefault(req.mode, []).append(req)
+    assert {m: len(r) for m, r in by_mode.items()} == {
+        "raw_demos": 6,
+        "hard_weighted": 6,
+        "soft_weighted": 6,
+    }
+    for req in by_mode["hard_weighted"]:
+        names = [t["function"]["name"] for t in req.tools]
+        assert names == [n for n in catalogue if n in req.preferred] + [END_TOOL]
+        system = req.messages[0]["content"]
+        assert "# Tool guidance" in system
+        for name in req.preferred:
+            assert f"'function': '{name}', 'probability': " in system
+    for req in by_mode["soft_weighted"]:
+        assert [t["function"]["name"] for t in req.tools] == [*catalogue, END_TOOL]
+        assert "# Soft Mask guidelines" in req.messages[0]["content"]
+        assert "'probability': " in req.messages[0]["content"]
+    for req in by_mode["raw_demos"]:
+        assert [t["function"]["name"] for t in req.tools] == [*catalogue, END_TOOL]
+        system = req.messages[0]["content"]
+        demos = system.split("# Demonstrations\n", 1)[1].split("\n\nQuery: ")
+        assert 1 <= len(demos) <= 5
+        assert all(any(p in d for p in req.preferred) for d in demos)
+    # one example demonstration per plan, the same in every mode and every step of the plan
+    examples = {
+        (r.step.plan, r.messages[0]["content"].split("# Example\n", 1)[1].split("\n\n")[0])
+        for r in built.requests
+    }
+    assert len(examples) == 2

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from openai_server import OpenAIChatServer, history_of
+from openai_server import OpenAIChatServer, clear_proxies, history_of
 
 from dtdr_agents import cli
 from dtdr_agents.datasets import load_train_test
@@ -22,9 +22,7 @@ BASE = ["e2e", "--dataset", "taskbench", "--path", FIXTURE, "--encoder", "tfidf"
 
 @pytest.fixture(autouse=True)
 def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    clear_proxies(monkeypatch)
 
 
 @pytest.fixture
