@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
+import time
 
+import numpy as np
+import pytest
+
+from dtdr_agents import DTDRC
+from dtdr_agents.datasets.synthetic import make_demo_dataset
 from dtdr_agents.encoders import CachedEncoder
+from dtdr_agents.retrievers.base import MEMO_KEY_CHARS
 
 
 class HashEncoder:
@@ -31,3 +37,38 @@ def test_encoder_cache_is_bounded_by_bytes_not_by_request_size():
     small = CachedEncoder(HashEncoder(), max_bytes=10**9, max_items=5)
     small.encode([str(i) for i in range(20)])
     assert len(small._memory) == 5
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    """A tiny TF-IDF DTDR-C model."""
+    ds = make_demo_dataset(n=80, seed=2)
+    return DTDRC(encoder="tfidf", n_clusters=2).fit(list(ds.demos), ds.tools)
+
+
+def test_memo_keys_are_bounded_for_long_requests(tiny_model):
+    for i in range(50):
+        tiny_model.rank(f"{i} " + "email Anna the report " * 5_000)
+    keys = [key for _, key in tiny_model._memo_store]
+    assert keys and all(len(key) <= MEMO_KEY_CHARS for key in keys)
+
+
+def test_long_request_is_cut_and_says_so(tiny_model):
+    huge = "email Anna the report " * 200_000  # 4.4 MB
+    start = time.perf_counter()
+    ranking = tiny_model.rank(huge)
+    assert time.perf_counter() - start < 5.0
+    assert ranking.explanation["query_truncated_from"] == len(huge)
+    cut = tiny_model.rank(huge[: tiny_model.max_query_chars])
+    np.testing.assert_array_equal(ranking.probabilities, cut.probabilities)
+    assert "query_truncated_from" not in tiny_model.rank("email Anna").explanation
+
+
+def test_long_history_uses_the_most_recent_calls(tiny_model):
+    names = tiny_model.tools_.names
+    history = [names[i % len(names)] for i in range(100_000)]
+    start = time.perf_counter()
+    ranking = tiny_model.rank("email Anna the report", history)
+    assert time.perf_counter() - start < 5.0
+    recent = tiny_model.rank("email Anna the report", history[-tiny_model.max_history_calls :])
+    np.testing.assert_array_equal(ranking.probabilities, recent.probabilities)

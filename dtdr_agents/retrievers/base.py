@@ -7,6 +7,7 @@ and the end-of-plan token.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import threading
 from abc import ABC, abstractmethod
@@ -54,6 +55,15 @@ _MEMO_LOCK = threading.Lock()
 
 MEMO_SIZE = 4096
 """Per-query results (cluster, OOD verdict) remembered, so steps after the first are cheap."""
+
+MEMO_KEY_CHARS = 256
+"""Requests longer than this are remembered by their SHA-256 digest, not their text."""
+
+MAX_QUERY_CHARS = 20_000
+"""Default `ToolRetriever.max_query_chars`: longer requests are cut before ranking."""
+
+MAX_HISTORY_CALLS = 1_000
+"""Default `ToolRetriever.max_history_calls`: only the most recent calls are used."""
 
 PRIOR_TEMPERATURE = 0.05
 """Softmax temperature of the query-similarity prior over cosine similarities."""
@@ -131,6 +141,12 @@ class ToolRetriever(ABC):
 
     encoder: str | Encoder | None
     prior_weight: float
+    max_query_chars: int | None = MAX_QUERY_CHARS
+    """Requests longer than this many characters are cut to it before ranking (the
+    ranking's explanation then has `query_truncated_from`); None: no bound. A sentence
+    encoder reads only its first few hundred tokens anyway."""
+    max_history_calls: int | None = MAX_HISTORY_CALLS
+    """Only the most recent calls of a longer history are used; None: all."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -201,7 +217,7 @@ class ToolRetriever(ABC):
                     f"demos[{pos}] must be a Demonstration, got {type(demo).__name__}"
                 )
             demo.check_tools(toolset)
-        self._memo_store: OrderedDict[tuple[str, str], Any] | None = None
+        self._memo_store: OrderedDict[tuple[str, str | bytes], Any] | None = None
         self.fit_tools_ = toolset
         self.labels_: tuple[str, ...] = (*toolset.names, END_OF_PLAN)
         self._label_index = {n: i for i, n in enumerate(self.labels_)}
@@ -229,12 +245,19 @@ class ToolRetriever(ABC):
         """Probabilities over `labels_` for this query and (validated) history."""
 
     def _memo(self, query: str, what: str, compute: Callable[[str], T]) -> T:
-        """`compute(query)`, remembered for the last `MEMO_SIZE` (query, what) pairs."""
-        memo: OrderedDict[tuple[str, str], Any] | None = getattr(self, "_memo_store", None)
+        """`compute(query)`, remembered for the last `MEMO_SIZE` (query, what) pairs.
+
+        Long requests are keyed by their digest, so the memo holds at most `MEMO_SIZE` keys
+        of `MEMO_KEY_CHARS` characters (plus the small results), whatever the requests.
+        """
+        memo: OrderedDict[tuple[str, str | bytes], Any] | None = getattr(self, "_memo_store", None)
         if memo is None:
             memo = OrderedDict()
             self._memo_store = memo
-        key = (what, query)
+        key: tuple[str, str | bytes] = (
+            what,
+            query if len(query) <= MEMO_KEY_CHARS else hashlib.sha256(query.encode()).digest(),
+        )
         with _MEMO_LOCK:
             if key in memo:
                 memo.move_to_end(key)
@@ -347,7 +370,12 @@ class ToolRetriever(ABC):
         self._check_fitted()
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
+        length = len(query)
+        if self.max_query_chars is not None and length > self.max_query_chars:
+            query = query[: self.max_query_chars]
         hist = self._validate_history(as_history(history), ignore_unknown)
+        if self.max_history_calls is not None and len(hist) > self.max_history_calls:
+            hist = hist[len(hist) - self.max_history_calls :]
         scores = self._score(query, hist)
         if scores.over_current:
             probs = np.asarray(scores.probabilities, dtype=np.float64)
@@ -361,6 +389,8 @@ class ToolRetriever(ABC):
             probs, notes = self._to_catalogue(query, scores.probabilities)
         notes = {**scores.notes, **notes}
         explanation = {"method": self.retriever_id or type(self).__name__, **scores.explanation}
+        if length > len(query):
+            explanation["query_truncated_from"] = length
         return Ranking(
             names=self._names,
             probabilities=probs,
