@@ -10,13 +10,14 @@ import platform
 import resource
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dtdr_agents.encoders import CachedEncoder, SentenceTransformerEncoder, get_encoder
 from dtdr_agents.retrievers import DTDRC, DTDRL, ToolRetriever
-from dtdr_agents.types import Demonstration
+from dtdr_agents.types import Demonstration, Tool, Toolset
 
 
 def _peak_rss_mb() -> float:
@@ -135,4 +136,190 @@ def format_speed(figures: dict[str, Any]) -> str:
             f"(n={p['n']})"
         )
     lines.append(f"peak memory (max RSS): {figures['peak_rss_mb']:.0f} MB")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------- catalogue scaling
+VARIATION_QUALIFIERS = (
+    "for enterprise accounts",
+    "for the EU region",
+    "for the US region",
+    "in batch mode",
+    "with response caching",
+    "through the legacy v1 API",
+    "through the v2 API",
+    "for mobile clients",
+    "with strict input validation",
+    "for sandbox testing",
+    "with pagination",
+    "for internal dashboards",
+    "with audit logging",
+    "for read-only access",
+    "with retries on timeout",
+    "for partner integrations",
+)
+"""Phrases a seeded variation appends to a real tool description (two per variant)."""
+
+
+def real_tool_descriptions(
+    datasets_dir: str | Path,
+) -> tuple[Toolset, list[Demonstration], list[Demonstration]]:
+    """Real tools (Seal-Tools, then ToolRet's tasks) and Seal-Tools' dev / test plans.
+
+    Tools with the same name are kept once (the first). Tools the Seal-Tools plans call come
+    first, so every catalogue size that holds them can use those plans.
+    """
+    from dtdr_agents.datasets import load_dataset
+
+    root = Path(datasets_dir).expanduser()
+    seal = root / "sealtools"
+    if not seal.is_dir():
+        raise FileNotFoundError(
+            f"{seal}: the scale benchmark builds its catalogues from Seal-Tools (and ToolRet); "
+            "pass --datasets DIR, the folder holding sealtools/ and toolret/"
+        )
+    dev = load_dataset("sealtools", seal, split="dev")
+    test = load_dataset("sealtools", seal, split="test_in_domain")
+    tools: dict[str, Tool] = {}
+    called = [c for d in (*dev.demos, *test.demos) for c in d.calls]
+    for name in dict.fromkeys(called):
+        tools[name] = dev.tools[dev.tools.index(name)]
+    for tool in dev.tools:
+        tools.setdefault(tool.name, tool)
+    toolret = root / "toolret"
+    if toolret.is_dir():
+        for task in sorted(p for p in toolret.iterdir() if p.is_dir()):
+            for tool in load_dataset("toolret", task).tools:
+                tools.setdefault(tool.name, tool)
+    return Toolset(tools.values()), list(dev.demos), list(test.demos)
+
+
+def expand_catalogue(base: Toolset, size: int, seed: int = 0) -> Toolset:
+    """`size` tools: the real ones first, then seeded variations of them.
+
+    Variant `v` of real tool `t` is named `<t>__v<v>` and described as t's description plus two
+    qualifiers drawn (seeded) from `VARIATION_QUALIFIERS` and its variant number, so every
+    description is distinct and realistic in length and vocabulary.
+    """
+    if size <= len(base):
+        return Toolset(list(base)[:size])
+    rng = np.random.default_rng(seed)
+    out = list(base)
+    n_base = len(base)
+    i = 0
+    while len(out) < size:
+        src = base[i % n_base]
+        variant = i // n_base + 1
+        a, b = rng.choice(len(VARIATION_QUALIFIERS), size=2, replace=False)
+        desc = (
+            f"{src.description} ({VARIATION_QUALIFIERS[int(a)]}, "
+            f"{VARIATION_QUALIFIERS[int(b)]}; variant {variant})"
+        )
+        out.append(Tool(name=f"{src.name}__v{variant}", description=desc))
+        i += 1
+    return Toolset(out)
+
+
+def _scale_one(
+    size: int, datasets_dir: str, encoder: str, cache_dir: str | None, n_queries: int, seed: int
+) -> dict[str, Any]:
+    """One catalogue size, measured in its own process (so peak RSS is this size's)."""
+    from dtdr_agents.encoders import get_encoder
+    from dtdr_agents.index import CandidateIndex
+    from dtdr_agents.retrievers.hybrid import HybridRetriever
+
+    base, dev, test = real_tool_descriptions(datasets_dir)
+    tools = expand_catalogue(base, size, seed=seed)
+    keep = [d for d in dev if all(tools.has(c) for c in d.calls)]
+    queries = [d for d in test if all(tools.has(c) for c in d.calls)][:n_queries]
+    enc = get_encoder(encoder, cache_dir=cache_dir)
+    t0 = time.perf_counter()
+    model = HybridRetriever(encoder=enc, seed=seed).fit(keep, tools)
+    fit_s = time.perf_counter() - t0
+    assert model.tool_embeddings_ is not None
+    t0 = time.perf_counter()
+    index = CandidateIndex(model.tool_embeddings_)
+    index_s = time.perf_counter() - t0
+    enc.encode([d.query for d in queries])  # a real agent encodes the request once
+    times: list[float] = []
+    for demo in queries:
+        steps = demo.steps()
+        model.rank(demo.query, steps[0].history)  # the first step encodes and gathers candidates
+        for step in steps[1:]:
+            t1 = time.perf_counter()
+            model.rank(demo.query, step.history)
+            times.append((time.perf_counter() - t1) * 1000.0)
+    arr = np.asarray(times) if times else np.zeros(1)
+    return {
+        "n_tools": len(tools),
+        "n_real_tools": min(len(base), size),
+        "n_demos": len(keep),
+        "n_timed_steps": len(times),
+        "index": index.kind,
+        "fit_s": fit_s,
+        "index_s": index_s,
+        "rank_ms_p50": float(np.percentile(arr, 50)),
+        "rank_ms_p99": float(np.percentile(arr, 99)),
+        "peak_rss_mb": _peak_rss_mb(),
+    }
+
+
+def run_scale(
+    sizes: Sequence[int],
+    *,
+    datasets_dir: str | Path,
+    encoder: str = "default",
+    cache_dir: str | Path | None = None,
+    n_queries: int = 300,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Fit `hybrid` on catalogues of each size and time its steps after the first.
+
+    Catalogues: the real tools of Seal-Tools and ToolRet (`real_tool_descriptions`), expanded
+    by `expand_catalogue`. Demonstrations: Seal-Tools `dev` plans whose tools are in the
+    catalogue; timed requests: `test_in_domain` plans. Each size runs in a fresh process.
+
+    Returns:
+        `{"sizes": {"<n>": {"fit_s", "index_s", "rank_ms_p50", "rank_ms_p99", "peak_rss_mb",
+        ...}}, "machine": ..., "encoder": ...}`.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    bad = [s for s in sizes if int(s) < 1]
+    if bad or not sizes:
+        raise ValueError(f"catalogue sizes must be integers >= 1, got {list(sizes)}")
+    out: dict[str, Any] = {
+        "machine": {"python": platform.python_version(), "cpus": _cpu_count()},
+        "encoder": encoder,
+        "sizes": {},
+    }
+    ctx = multiprocessing.get_context("spawn")
+    for size in sizes:
+        with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+            fut = pool.submit(
+                _scale_one,
+                int(size),
+                str(datasets_dir),
+                encoder,
+                None if cache_dir is None else str(cache_dir),
+                n_queries,
+                seed,
+            )
+            out["sizes"][str(int(size))] = fut.result()
+    return out
+
+
+def format_scale(figures: dict[str, Any]) -> str:
+    """Human-readable table of `run_scale` figures."""
+    lines = [
+        f"scale benchmark: hybrid, encoder {figures['encoder']}, {figures['machine']['cpus']} CPUs",
+        "tools    real  demos  index  fit_s  index_s  rank_ms_p50  rank_ms_p99  peak_rss_mb",
+    ]
+    for n, f in figures["sizes"].items():
+        lines.append(
+            f"{n:<8} {f['n_real_tools']:<5} {f['n_demos']:<6} {f['index']:<6} {f['fit_s']:<6.1f} "
+            f"{f['index_s']:<8.3f} {f['rank_ms_p50']:<12.3f} {f['rank_ms_p99']:<12.3f} "
+            f"{f['peak_rss_mb']:.0f}"
+        )
     return "\n".join(lines)

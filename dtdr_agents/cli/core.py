@@ -9,7 +9,8 @@ import time
 from typing import Any
 
 from dtdr_agents._version import __version__
-from dtdr_agents.cli._common import parse_params
+from dtdr_agents.cli._common import CLIError, parse_params, split_ids
+from dtdr_agents.encoders import default_cache_dir
 from dtdr_agents.progress import progress_bar
 
 DEMO_RETRIEVERS = ("dr", "lr", "dtdr-c", "dtdr-l", "dtdr-l-s")
@@ -145,6 +146,8 @@ def cmd_speed(args: argparse.Namespace) -> int:
     """Speed and memory benchmark of DTDR-C and DTDR-L."""
     from dtdr_agents.perf import format_speed, run_speed
 
+    if args.catalogue_size:
+        return _speed_scale(args)
     figures = run_speed(
         n_demos=args.n_demos,
         n_queries=args.queries,
@@ -153,6 +156,33 @@ def cmd_speed(args: argparse.Namespace) -> int:
         include_text_fit=not args.skip_text_fit,
     )
     print(format_speed(figures))
+    if args.json:
+        from dtdr_agents.report import write_json
+
+        write_json(args.json, figures)
+    return 0
+
+
+def _speed_scale(args: argparse.Namespace) -> int:
+    """`speed --catalogue-size`: the hybrid's fit, index and per-step latency by catalogue size."""
+    from dtdr_agents.perf import format_scale, run_scale
+
+    try:
+        sizes = [int(s) for s in split_ids(args.catalogue_size, ())]
+    except ValueError as exc:
+        raise CLIError(f"--catalogue-size must be integers like 1000,10000: {exc}") from exc
+    try:
+        figures = run_scale(
+            sizes,
+            datasets_dir=args.datasets,
+            encoder=args.encoder,
+            cache_dir=None if args.no_cache else (args.cache_dir or default_cache_dir()),
+            n_queries=args.queries,
+            seed=args.seed,
+        )
+    except (FileNotFoundError, ValueError) as exc:
+        raise CLIError(str(exc)) from exc
+    print(format_scale(figures))
     if args.json:
         from dtdr_agents.report import write_json
 
@@ -186,7 +216,7 @@ def add_commands(sub: Any) -> None:
     )
     fit.add_argument("--path", help="dataset file or folder")
     fit.add_argument("--tools", help="tools file (JSON list or JSONL) for --dataset jsonl")
-    fit.add_argument("--retriever", default="dtdr-l", help="retriever id (default dtdr-l)")
+    fit.add_argument("--retriever", default="hybrid", help="retriever id (default hybrid)")
     fit.add_argument("--encoder", help="encoder spec (default: the retriever's default)")
     fit.add_argument(
         "--param", action="append", metavar="KEY=VALUE", help="retriever parameter (repeatable)"
@@ -194,15 +224,17 @@ def add_commands(sub: Any) -> None:
     fit.add_argument(
         "--skip-bad", action="store_true", help="skip malformed lines instead of stopping"
     )
-    fit.add_argument("--limit", type=int, help="use only the first N demonstrations")
+    fit.add_argument(
+        "--limit", type=non_negative_int, help="use only the first N demonstrations"
+    )
     fit.add_argument("-o", "--output", required=True, help="model folder to write")
     fit.set_defaults(func=cmd_fit)
 
     rank = sub.add_parser("rank", help="rank the next tools with a saved model")
     rank.add_argument("--model", required=True, help="model folder written by `fit`")
-    rank.add_argument("--query", required=True)
+    rank.add_argument("--query", required=True, type=non_empty)
     rank.add_argument("--history", default="", help="comma-separated tools called so far")
-    rank.add_argument("-k", type=int, default=5, help="how many to show (default 5)")
+    rank.add_argument("-k", type=positive_int, default=5, help="how many to show (default 5)")
     rank.add_argument("--encoder", help="override the recorded encoder (must have the same id)")
     rank.add_argument("--ignore-unknown", action="store_true", help="drop unknown history names")
     rank.add_argument("--json", action="store_true", help="print JSON")
@@ -218,5 +250,17 @@ def add_commands(sub: Any) -> None:
     speed.add_argument(
         "--skip-text-fit", action="store_true", help="skip fitting the (slow) text-history DTDR-L"
     )
+    speed.add_argument(
+        "--catalogue-size",
+        help="comma-separated catalogue sizes (e.g. 1000,10000,100000): time the hybrid "
+        "retriever on real Seal-Tools + ToolRet tools expanded by seeded variations",
+    )
+    speed.add_argument(
+        "--datasets",
+        default="../shared/datasets",
+        help="folder holding sealtools/ and toolret/ (for --catalogue-size)",
+    )
+    speed.add_argument("--cache-dir", help="embedding cache folder (for --catalogue-size)")
+    speed.add_argument("--no-cache", action="store_true", help="no on-disk embedding cache")
     speed.add_argument("--json", help="also write the figures as JSON")
     speed.set_defaults(func=cmd_speed)

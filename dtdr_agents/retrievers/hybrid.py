@@ -1,0 +1,605 @@
+"""`hybrid`: zero-shot relevance and learned tool dependencies, mixed by a calibrated combiner.
+
+Zero-shot evidence ranks every tool, demonstrated or not: BM25 over names and descriptions
+(`BM25Retriever`) and the cosine similarity of query and tool description embeddings. Learned,
+history-aware evidence comes from the demonstrations: the Markov chains of DTDR-C (its cluster
+chain and its all-demonstrations chain, with how often the history key was seen) and the
+structured-history DTDR-L. Both learned parts are the existing classes, fitted on the tools the
+demonstrations call.
+
+A conditional-logit combiner (a softmax over the step's candidates of a linear score of
+per-tool features) decides the mix. Its weights are fitted by cross-fitting inside `fit`: the
+learned parts are fitted on all folds but one and their features computed on the held-out
+fold, so the combiner learns how far to trust them on data they did not see. Features include
+how many demonstrations call the tool, whether it was ever demonstrated, the query's distance
+to its DTDR-C cluster and the support of the history key. End-of-plan is a candidate with its
+own features (the chains' end probabilities, DTDR-L's, the number of calls so far).
+
+With no demonstrations the weights are a zero-shot prior (BM25 and dense similarity fused by
+rank); with few, the combiner is pulled towards that prior (an L2 penalty), so the hybrid
+moves from zero-shot to learned as demonstrations arrive.
+
+Large catalogues: the step's candidates are the top tools by BM25 and by dense similarity
+(`dtdr_agents.index.CandidateIndex`: exact up to a threshold, HNSW beyond), the chains'
+successors of the history, DTDR-L's top tools and end-of-plan. Other tools share a tiny
+probability mass, so the cost of a step after the first does not grow with the catalogue
+beyond filling the output vector.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+import numpy as np
+
+from dtdr_agents.encoders import Encoder
+from dtdr_agents.errors import ModelLoadError
+from dtdr_agents.index import EXACT_LIMIT, CandidateIndex
+from dtdr_agents.retrievers.base import Scores, ToolRetriever, softmax
+from dtdr_agents.retrievers.baselines import BM25Retriever
+from dtdr_agents.retrievers.dtdr_c import DTDRC
+from dtdr_agents.retrievers.linear import DTDRL
+from dtdr_agents.retrievers.markov import GLOBAL, UNSEEN, history_key
+from dtdr_agents.types import END_OF_PLAN, Demonstration, Toolset
+
+FEATURES: tuple[str, ...] = (
+    # zero-shot, per tool
+    "bm25_norm",
+    "bm25_rank",
+    "dense_rel",
+    "dense_rank",
+    "unseen",
+    "bm25_norm_unseen",
+    "dense_rel_unseen",
+    "log_count",
+    # learned, per tool
+    "chain_cluster",
+    "chain_cluster_rare_key",
+    "chain_cluster_far",
+    "chain_all",
+    "chain_all_rare_key",
+    "dtdr_l",
+    "in_history",
+    "last_call_sim",
+    # end-of-plan
+    "end",
+    "end_chain_cluster",
+    "end_chain_all",
+    "end_dtdr_l",
+    "end_n_calls",
+    "end_first_step",
+)
+"""The combiner's features, in weight order (see the module docstring)."""
+
+_F = {name: i for i, name in enumerate(FEATURES)}
+
+PRIOR_WEIGHTS: dict[str, float] = {
+    "bm25_norm": 2.0,
+    "bm25_rank": 1.0,
+    "dense_rel": 10.0,
+    "dense_rank": 1.0,
+    "end": -3.0,
+    "end_n_calls": 3.0,
+}
+"""Zero-shot prior of the combiner: BM25 and dense similarity fused by score and rank.
+
+Used as is with no demonstrations, and as the centre of the combiner's L2 penalty otherwise.
+End-of-plan is unlikely before the first call and likelier as calls accumulate."""
+
+CHAIN_EPS = 1e-3
+"""Chain features are `log(1 + p / CHAIN_EPS)`: 0 for tools never seen after the key."""
+
+L_FLOOR = 1e-6
+"""DTDR-L log-probabilities are floored here (tools DTDR-L never saw get the floor)."""
+
+REST_MASS = 1e-4
+"""Probability shared by the tools outside a step's candidates."""
+
+L_TOP = 20
+"""DTDR-L's top tools added to every step's candidates."""
+
+
+CandidateSource = Callable[[str, int], Sequence[tuple[str, float]]]
+"""An external candidate stage: (query, k) -> up to k (tool name, similarity), best first.
+
+For example a shared vector database (`langchain_dtdr.vectorstore.VectorStoreCandidates`)."""
+
+
+def _prior_vector() -> np.ndarray:
+    w = np.zeros(len(FEATURES))
+    for name, value in PRIOR_WEIGHTS.items():
+        w[_F[name]] = value
+    return w
+
+
+@dataclass
+class _QueryState:
+    """What a query contributes to every step (computed once per query)."""
+
+    qvec: np.ndarray
+    candidates: np.ndarray  # tool rows (fit catalogue order)
+    zero_shot: np.ndarray  # (len(candidates), 5): bm25_norm, bm25_rank, dense_rel, dense_rank, cos
+    bm25_full: np.ndarray  # BM25 score of every tool (for tools added to a step's candidates)
+    bm25_max: float
+    cos_max: float
+    cluster: int
+    cluster_far: float
+    source_note: str | None = None
+
+
+def _fit_combiner(
+    feats: list[np.ndarray],
+    targets: list[np.ndarray],
+    prior: np.ndarray,
+    l2: float,
+) -> np.ndarray:
+    """Conditional-logit weights maximising log P(an acceptable candidate), L2 towards `prior`.
+
+    Args:
+        feats: Per step, a (candidates, features) matrix.
+        targets: Per step, a boolean mask of the acceptable candidates (at least one True).
+        prior: Centre of the L2 penalty.
+        l2: Penalty strength (the loss is summed over steps).
+    """
+    import torch
+
+    if not feats:
+        return prior.copy()
+    width = max(len(f) for f in feats)
+    n_feat = len(prior)
+    x = np.zeros((len(feats), width, n_feat))
+    valid = np.zeros((len(feats), width), dtype=bool)
+    good = np.zeros((len(feats), width), dtype=bool)
+    for i, (f, t) in enumerate(zip(feats, targets, strict=True)):
+        x[i, : len(f)] = f
+        valid[i, : len(f)] = True
+        good[i, : len(f)] = t
+    xt = torch.from_numpy(x)
+    valid_t = torch.from_numpy(valid)
+    good_t = torch.from_numpy(good)
+    centre = torch.from_numpy(prior.astype(np.float64))
+    w = centre.clone().requires_grad_(True)
+    opt = torch.optim.LBFGS([w], lr=1.0, max_iter=500, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        s = (xt @ w).masked_fill(~valid_t, float("-inf"))
+        nll = torch.logsumexp(s, dim=1) - torch.logsumexp(s.masked_fill(~good_t, float("-inf")), 1)
+        loss = nll.sum() + 0.5 * l2 * ((w - centre) ** 2).sum()
+        loss.backward()  # type: ignore[no-untyped-call]
+        return loss
+
+    opt.step(closure)  # type: ignore[no-untyped-call]
+    out: np.ndarray = w.detach().numpy().copy()
+    return out
+
+
+class HybridRetriever(ToolRetriever):
+    """Zero-shot BM25 and dense relevance mixed with DTDR-C and DTDR-L by a cross-fitted combiner.
+
+    Args:
+        encoder: Encoder spec or object (see `get_encoder`), shared by every part.
+        n_folds: Folds of the cross-fitting that calibrates the combiner (at most the number
+            of demonstrations).
+        candidates: Tools taken per query from BM25 and from dense similarity each.
+        l2: Strength of the combiner's pull towards the zero-shot prior (`PRIOR_WEIGHTS`); the
+            loss is summed over held-out steps, so many demonstrations outweigh it.
+        exact_limit: Catalogues up to this size are searched exactly; beyond, an HNSW index
+            (`pip install 'dtdr-agents[index]'`). None forces exact search.
+        prior_weight: Weight of the query-similarity prior for tools added after fit.
+        seed: Seed of the folds, k-means and DTDR-L.
+    """
+
+    retriever_id: ClassVar[str] = "hybrid"
+    accepts_no_demos: ClassVar[bool] = True
+    """`fit` works with zero demonstrations (pure zero-shot)."""
+
+    def __init__(
+        self,
+        *,
+        encoder: str | Encoder | None = "default",
+        n_folds: int = 5,
+        candidates: int = 100,
+        l2: float = 1.0,
+        exact_limit: int | None = EXACT_LIMIT,
+        prior_weight: float = 0.1,
+        seed: int = 0,
+    ) -> None:
+        self.encoder = encoder
+        self.n_folds = n_folds
+        self.candidates = candidates
+        self.l2 = l2
+        self.exact_limit = exact_limit
+        self.prior_weight = prior_weight
+        self.seed = seed
+
+    @classmethod
+    def unavailable_reason(cls, **params: Any) -> str | None:
+        """Why the hybrid cannot run here (its BM25 part needs bm25s), or None."""
+        return BM25Retriever.unavailable_reason()
+
+    # ------------------------------------------------------------------------------ fitting
+    def _fit(self, demos: list[Demonstration], tools: Toolset) -> None:
+        if self.n_folds < 2:
+            raise ValueError(f"n_folds must be >= 2, got {self.n_folds}")
+        if self.candidates < 1:
+            raise ValueError(f"candidates must be >= 1, got {self.candidates}")
+        if self.l2 < 0:
+            raise ValueError(f"l2 must be >= 0, got {self.l2}")
+        assert self.tool_embeddings_ is not None
+        self.bm25_ = BM25Retriever()  # needs no demonstrations: index the catalogue only
+        self._restore_part(self.bm25_, tools, {"vocabulary_size": None}, {})
+        self.index_ = CandidateIndex(self.tool_embeddings_, exact_limit=self.exact_limit)
+        prior = _prior_vector()
+        self.cv_: dict[str, Any] = {"n_demos": len(demos), "held_out_steps": 0}
+        folds = min(self.n_folds, len(demos))
+        weights = prior
+        seen = tools.subset({c for d in demos for c in d.calls})
+        if folds >= 2:
+            rng = np.random.default_rng(self.seed)
+            fold_of = rng.permutation(len(demos)) % folds
+            feats: list[np.ndarray] = []
+            targets: list[np.ndarray] = []
+            for f in range(folds):
+                train = [d for d, k in zip(demos, fold_of, strict=True) if k != f]
+                held = [d for d, k in zip(demos, fold_of, strict=True) if k == f]
+                self._fit_learned(train, seen, seed=self.seed + 1 + f)
+                for demo in held:
+                    for step in demo.steps():
+                        cands, x = self._step_features(demo.query, step.history)
+                        names = [self.labels_[int(c)] for c in cands]
+                        mask = np.array([n in step.acceptable for n in names], dtype=bool)
+                        if mask.any():
+                            feats.append(x)
+                            targets.append(mask)
+            weights = _fit_combiner(feats, targets, prior, self.l2)
+            self.cv_["held_out_steps"] = len(feats)
+            self.cv_["held_out_mrr"] = _held_out_mrr(feats, targets, weights)
+        self.weights_ = np.asarray(weights, dtype=np.float64)
+        self._fit_learned(demos, seen)
+
+    def _fit_learned(
+        self, demos: list[Demonstration], seen: Toolset, seed: int | None = None
+    ) -> None:
+        """Fit DTDR-C and DTDR-L on `demos` over the tools `seen`; count each tool's calls."""
+        self._memo_store = None
+        self.tool_counts_ = np.zeros(len(self.labels_), dtype=np.float64)
+        for demo in demos:
+            for call in demo.calls:
+                self.tool_counts_[self._label_index[call]] += 1.0
+        if not demos:
+            self.chains_: DTDRC | None = None
+            self.linear_: DTDRL | None = None
+            self._map_components()
+            return
+        seed = self.seed if seed is None else seed
+        self.chains_ = DTDRC(encoder=self.encoder_, seed=seed).fit(demos, seen)
+        self.linear_ = DTDRL(
+            history="structured", encoder=self.encoder_, ood_quantile=None, seed=seed
+        ).fit(demos, seen)
+        self._map_components()
+
+    def _map_components(self) -> None:
+        """Index maps from the learned parts' labels to ours."""
+        self._chain_map = (
+            np.array([self._label_index[n] for n in self.chains_.labels_], dtype=np.int64)
+            if self.chains_ is not None
+            else np.zeros(0, dtype=np.int64)
+        )
+        self._linear_map = (
+            np.array([self._label_index[n] for n in self.linear_.labels_], dtype=np.int64)
+            if self.linear_ is not None
+            else np.zeros(0, dtype=np.int64)
+        )
+
+    # ---------------------------------------------------------------------------- features
+    def _query_state(self, query: str) -> _QueryState:
+        return self._memo(query, "hybrid", self._compute_query_state)
+
+    def _compute_query_state(self, query: str) -> _QueryState:
+        qvec = self._query_vector(query).astype(np.float32)
+        c = self.candidates
+        n = len(self.fit_tools_)
+        bm25 = self.bm25_.bm25_scores(query)
+        positive = int((bm25 > 0).sum())
+        k_b = min(c, positive)
+        if k_b:
+            top_b = np.argpartition(-bm25, k_b - 1)[:k_b] if k_b < n else np.arange(n)
+            top_b = top_b[np.argsort(-bm25[top_b], kind="stable")]
+        else:
+            top_b = np.zeros(0, dtype=np.int64)
+        top_d, note = self._dense_candidates(query, qvec)
+        cands = np.unique(np.concatenate([top_b, top_d]).astype(np.int64))
+        assert self.tool_embeddings_ is not None
+        cos = self.tool_embeddings_[cands] @ qvec
+        bm_max = float(bm25.max()) if n else 0.0
+        cos_max = float(cos.max()) if len(cos) else 0.0
+        rank_b = np.full(n, c, dtype=np.float64)
+        rank_b[top_b] = np.arange(len(top_b))
+        rank_d = np.full(n, c, dtype=np.float64)
+        rank_d[top_d] = np.arange(len(top_d))
+        zs = np.empty((len(cands), 5))
+        zs[:, 0] = bm25[cands] / bm_max if bm_max > 0 else 0.0
+        zs[:, 1] = -np.log1p(rank_b[cands])
+        zs[:, 2] = cos - cos_max
+        zs[:, 3] = -np.log1p(rank_d[cands])
+        zs[:, 4] = cos
+        cluster, far = -1, 0.0
+        if self.chains_ is not None:
+            cluster, dist = self.chains_.assign_cluster(query)
+            thr = self.chains_.ood_threshold_
+            far = dist / thr if thr else 0.0
+        return _QueryState(qvec, cands, zs, bm25, bm_max, cos_max, cluster, far, note)
+
+    def set_candidate_source(self, source: CandidateSource | None) -> Self:
+        """Take the dense candidates from `source` (e.g. a shared vector store), or None.
+
+        The source is not saved with the model. Names outside the catalogue are skipped and a
+        failing source falls back to the local index; both are noted in the explanation.
+        """
+        self._candidate_source = source
+        self._memo_store = None
+        return self
+
+    def _dense_candidates(self, query: str, qvec: np.ndarray) -> tuple[np.ndarray, str | None]:
+        source: CandidateSource | None = getattr(self, "_candidate_source", None)
+        if source is None:
+            return self.index_.search(qvec, self.candidates)[0], None
+        try:
+            pairs = list(source(query, self.candidates))
+        except Exception as exc:  # never fail an agent step on the external store
+            ids = self.index_.search(qvec, self.candidates)[0]
+            return ids, f"candidate source failed ({exc}); used the local index"
+        n = len(self.fit_tools_)
+        rows = [self._label_index.get(name, -1) for name, _ in pairs]
+        unknown = [name for (name, _), r in zip(pairs, rows, strict=True) if not 0 <= r < n]
+        ids = np.array([r for r in rows if 0 <= r < n], dtype=np.int64)
+        note = f"{len(ids)} candidates from the candidate source"
+        if unknown:
+            shown = ", ".join(repr(u) for u in unknown[:5])
+            note += f"; skipped {len(unknown)} names outside the catalogue ({shown})"
+        return ids, note
+
+    def _chain(self, group: int, seq: list[int]) -> tuple[np.ndarray, np.ndarray, float]:
+        """(our labels, probabilities, key support) of the longest key of `seq` seen in `group`."""
+        assert self.chains_ is not None
+        tables = self.chains_.tables_
+        for order in sorted(self.chains_._orders(), reverse=True):
+            hit = tables.lookup(group, history_key(seq, order))
+            if hit is not None:
+                labels, counts = hit
+                total = float(counts.sum())
+                return self._chain_map[labels], counts / total, total
+        return np.zeros(0, dtype=np.int64), np.zeros(0), 0.0
+
+    def _linear_probs(self, qs: _QueryState, history: tuple[str, ...]) -> np.ndarray | None:
+        """DTDR-L's probabilities over its own labels for this step."""
+        if self.linear_ is None:
+            return None
+        x = self.linear_._structured(qs.qvec[None, :], [history])[0]
+        return softmax(self.linear_.weight_ @ x + self.linear_.bias_)
+
+    def _step_features(self, query: str, history: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """(candidate labels, feature matrix) of one step; end-of-plan is the last candidate."""
+        qs = self._query_state(query)
+        end = len(self.labels_) - 1
+        extra: list[np.ndarray] = []
+        cl_labels = cl_p = all_labels = all_p = np.zeros(0)
+        cl_support = all_support = 0.0
+        if self.chains_ is not None:
+            seq = [self.chains_._label_index.get(h, UNSEEN) for h in history]
+            cl_labels, cl_p, cl_support = self._chain(qs.cluster, seq)
+            if self.chains_.n_clusters_ > 1:
+                all_labels, all_p, all_support = self._chain(GLOBAL, seq)
+            else:
+                all_labels, all_p, all_support = cl_labels, cl_p, cl_support
+            extra += [cl_labels.astype(np.int64), all_labels.astype(np.int64)]
+        lp = self._linear_probs(qs, history)
+        if lp is not None:
+            k = min(L_TOP, len(lp))
+            top = np.argpartition(-lp, k - 1)[:k]
+            extra.append(self._linear_map[top])
+        cands = qs.candidates
+        if extra:
+            more = np.concatenate(extra)
+            more = more[(more != end) & ~np.isin(more, cands)]
+            if len(more):
+                cands = np.concatenate([cands, np.unique(more)])
+        labels = np.append(cands, end)
+        n_c = len(cands)
+        x = np.zeros((n_c + 1, len(FEATURES)))
+        # zero-shot
+        n_q = len(qs.candidates)
+        x[:n_q, _F["bm25_norm"]] = qs.zero_shot[:, 0]
+        x[:n_q, _F["bm25_rank"]] = qs.zero_shot[:, 1]
+        x[:n_q, _F["dense_rel"]] = qs.zero_shot[:, 2]
+        x[:n_q, _F["dense_rank"]] = qs.zero_shot[:, 3]
+        if n_c > n_q:
+            added = cands[n_q:]
+            assert self.tool_embeddings_ is not None
+            x[n_q:n_c, _F["bm25_norm"]] = (
+                qs.bm25_full[added] / qs.bm25_max if qs.bm25_max > 0 else 0.0
+            )
+            x[n_q:n_c, _F["bm25_rank"]] = -np.log1p(self.candidates)
+            x[n_q:n_c, _F["dense_rel"]] = self.tool_embeddings_[added] @ qs.qvec - qs.cos_max
+            x[n_q:n_c, _F["dense_rank"]] = -np.log1p(self.candidates)
+        counts = self.tool_counts_[cands]
+        unseen = (counts == 0).astype(np.float64)
+        x[:n_c, _F["unseen"]] = unseen
+        x[:n_c, _F["bm25_norm_unseen"]] = x[:n_c, _F["bm25_norm"]] * unseen
+        x[:n_c, _F["dense_rel_unseen"]] = x[:n_c, _F["dense_rel"]] * unseen
+        x[:n_c, _F["log_count"]] = np.log1p(counts)
+        # learned
+        pos = {int(label): i for i, label in enumerate(labels)}
+        x[n_c, _F["end"]] = 1.0
+        if self.chains_ is not None:
+            rare_cl = 1.0 / np.sqrt(1.0 + cl_support)
+            rare_all = 1.0 / np.sqrt(1.0 + all_support)
+            for lab, p in zip(cl_labels.tolist(), cl_p.tolist(), strict=True):
+                v = float(np.log1p(p / CHAIN_EPS))
+                i = pos[int(lab)]
+                if lab == end:
+                    x[i, _F["end_chain_cluster"]] = v
+                else:
+                    x[i, _F["chain_cluster"]] = v
+                    x[i, _F["chain_cluster_rare_key"]] = v * rare_cl
+                    x[i, _F["chain_cluster_far"]] = v * qs.cluster_far
+            for lab, p in zip(all_labels.tolist(), all_p.tolist(), strict=True):
+                v = float(np.log1p(p / CHAIN_EPS))
+                i = pos[int(lab)]
+                if lab == end:
+                    x[i, _F["end_chain_all"]] = v
+                else:
+                    x[i, _F["chain_all"]] = v
+                    x[i, _F["chain_all_rare_key"]] = v * rare_all
+        if lp is not None:
+            full = np.full(len(self.labels_), np.log(L_FLOOR))
+            full[self._linear_map] = np.log(np.maximum(lp, L_FLOOR))
+            x[:n_c, _F["dtdr_l"]] = full[cands] - np.log(L_FLOOR)
+            x[n_c, _F["end_dtdr_l"]] = full[end] - np.log(L_FLOOR)
+        if history:
+            hist_rows = [self._label_index.get(h, -1) for h in history]
+            for h in hist_rows:
+                if h >= 0 and h in pos and h != end:
+                    x[pos[h], _F["in_history"]] += 1.0
+            last = hist_rows[-1]
+            if 0 <= last < len(self.fit_tools_):
+                assert self.tool_embeddings_ is not None
+                x[:n_c, _F["last_call_sim"]] = (
+                    self.tool_embeddings_[cands] @ self.tool_embeddings_[last]
+                )
+        x[n_c, _F["end_n_calls"]] = np.log1p(len(history))
+        x[n_c, _F["end_first_step"]] = float(not history)
+        return labels, x
+
+    # ------------------------------------------------------------------------------ scoring
+    def _score(self, query: str, history: tuple[str, ...]) -> Scores:
+        labels, x = self._step_features(query, history)
+        s = x @ self.weights_
+        p = softmax(s)
+        n_labels = len(self.labels_)
+        n_rest = n_labels - len(labels)
+        out = np.full(n_labels, REST_MASS / n_rest if n_rest else 0.0)
+        out[labels] = p * (1.0 - REST_MASS) if n_rest else p
+        contrib = x[int(np.argmax(s))] * self.weights_
+        top = np.argsort(-np.abs(contrib))[:3]
+        explanation: dict[str, Any] = {
+            "candidates": len(labels),
+            "index": self.index_.kind,
+            "top_features": [FEATURES[int(i)] for i in top if contrib[int(i)] != 0.0],
+        }
+        qs = self._query_state(query)
+        if self.chains_ is not None:
+            explanation["cluster"] = qs.cluster
+        if qs.source_note is not None:
+            explanation["candidate_source"] = qs.source_note
+        return Scores(out, explanation)
+
+    def mix(self) -> dict[str, float]:
+        """The combiner's weight of every feature (what the cross-fitting chose)."""
+        self._check_fitted()
+        return {name: float(w) for name, w in zip(FEATURES, self.weights_, strict=True)}
+
+    # -------------------------------------------------------------------------- persistence
+    def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        index_cfg, index_arrays = self.index_.state()
+        state: dict[str, Any] = {"cv": self.cv_, "index": index_cfg, "features": list(FEATURES)}
+        arrays: dict[str, np.ndarray] = {
+            "weights": self.weights_,
+            "tool_counts": self.tool_counts_,
+            **{f"index/{k}": v for k, v in index_arrays.items()},
+        }
+        for name, part in (("chains", self.chains_), ("linear", self.linear_)):
+            if part is None:
+                state[name] = None
+                continue
+            part_state, part_arrays = part._state()
+            state[name] = {"tools": list(part.fit_tools_.names), "state": part_state}
+            arrays.update({f"{name}/{k}": v for k, v in part_arrays.items()})
+        return state, arrays
+
+    def _set_state(self, state: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        try:
+            features = list(state["features"])
+            self.cv_ = dict(state["cv"])
+            self.weights_ = np.asarray(arrays["weights"], dtype=np.float64)
+            self.tool_counts_ = np.asarray(arrays["tool_counts"], dtype=np.float64)
+            index_cfg = state["index"]
+        except (KeyError, TypeError) as exc:
+            raise ModelLoadError(f"corrupt hybrid state: missing or bad {exc}") from exc
+        if features != list(FEATURES) or self.weights_.shape != (len(FEATURES),):
+            raise ModelLoadError(
+                "hybrid state: its combiner features differ from this version's "
+                f"({features} vs {list(FEATURES)}); fit the model again"
+            )
+        if self.tool_counts_.shape != (len(self.labels_),):
+            raise ModelLoadError("corrupt hybrid state: tool_counts does not match the catalogue")
+        assert self.tool_embeddings_ is not None
+        self.bm25_ = BM25Retriever()
+        self._restore_part(self.bm25_, self.fit_tools_, {"vocabulary_size": None}, {})
+        index_arrays = {k[6:]: v for k, v in arrays.items() if k.startswith("index/")}
+        self.index_ = CandidateIndex.from_state(index_cfg, index_arrays, self.tool_embeddings_)
+        self.chains_ = None
+        self.linear_ = None
+        for name, cls in (("chains", DTDRC), ("linear", DTDRL)):
+            saved = state.get(name)
+            if saved is None:
+                continue
+            params: dict[str, Any] = {"encoder": self.encoder_, "seed": self.seed}
+            if cls is DTDRL:
+                params.update(history="structured", ood_quantile=None)
+            part = cls(**params)
+            prefix = f"{name}/"
+            part_arrays = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+            try:
+                part_tools = self.fit_tools_.subset(saved["tools"])
+            except Exception as exc:
+                raise ModelLoadError(f"corrupt hybrid state: {name} tools: {exc}") from exc
+            self._restore_part(part, part_tools, saved["state"], part_arrays)
+            setattr(self, f"{name}_", part)
+        self._map_components()
+
+    def _restore_part(
+        self,
+        part: ToolRetriever,
+        tools: Toolset,
+        state: Mapping[str, Any],
+        arrays: Mapping[str, np.ndarray],
+    ) -> None:
+        """Give a saved part our catalogue subset, encoder and embeddings, then its state."""
+        assert self.tool_embeddings_ is not None
+        part.fit_tools_ = tools
+        part.labels_ = (*tools.names, END_OF_PLAN)
+        part._label_index = {n: i for i, n in enumerate(part.labels_)}
+        part.end_rate_ = self.end_rate_
+        part.encoder_ = self.encoder_ if part.uses_encoder else None
+        rows = [self._label_index[n] for n in tools.names]
+        part.tool_embeddings_ = self.tool_embeddings_[rows] if part.uses_encoder else None
+        part._set_state(state, arrays)
+        part._fitted = True
+        part.set_tools(tools)
+
+
+def _held_out_mrr(
+    feats: Sequence[np.ndarray], targets: Sequence[np.ndarray], weights: np.ndarray
+) -> dict[str, float]:
+    """Held-out MRR of the combiner and of single features (over candidates), for the record."""
+    cols = {
+        "hybrid": None,
+        "bm25": _F["bm25_norm"],
+        "dense": _F["dense_rel"],
+        "dtdr-c chain": _F["chain_cluster"],
+        "dtdr-l": _F["dtdr_l"],
+    }
+    out: dict[str, float] = {}
+    for name, col in cols.items():
+        rr = []
+        for x, t in zip(feats, targets, strict=True):
+            s = x @ weights if col is None else x[:, col] + 1e-9 * (x @ weights)
+            order = np.argsort(-s, kind="stable")
+            first = int(np.flatnonzero(t[order])[0])
+            rr.append(1.0 / (first + 1))
+        out[name] = round(float(np.mean(rr)), 4) if rr else 0.0
+    return out

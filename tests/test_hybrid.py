@@ -1,0 +1,135 @@
+"""`hybrid`: zero-shot relevance plus learned dependencies, mixed by a cross-fitted combiner."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dtdr_agents.evaluation import fit_and_evaluate
+from dtdr_agents.index import hnsw_available
+from dtdr_agents.retrievers.baselines import BM25Retriever
+from dtdr_agents.retrievers.hybrid import FEATURES, HybridRetriever
+from dtdr_agents.retrievers.linear import DTDRL
+from dtdr_agents.types import END_OF_PLAN, Demonstration, Toolset
+
+
+@pytest.fixture(scope="module")
+def fitted(encoder, demo_data, demo_split):
+    train, _ = demo_split
+    return HybridRetriever(encoder=encoder, n_folds=2).fit(train[:200], demo_data.tools)
+
+
+def test_ranks_every_tool_and_end_of_plan(fitted, demo_data, demo_split):
+    _, test = demo_split
+    demo = test[0]
+    ranking = fitted.rank(demo.query, demo.calls[:1])
+    assert set(ranking.names) == {*demo_data.tools.names, END_OF_PLAN}
+    assert ranking.probabilities.sum() == pytest.approx(1.0)
+    assert np.all(ranking.probabilities > 0)
+    assert ranking.explanation["method"] == "hybrid"
+    assert ranking.explanation["index"] == "exact"
+
+
+def test_cross_fitting_records_held_out_figures(fitted):
+    cv = fitted.cv_
+    assert cv["n_demos"] == 200 and cv["held_out_steps"] > 200
+    assert 0.0 < cv["held_out_mrr"]["hybrid"] <= 1.0
+    mix = fitted.mix()
+    assert list(mix) == list(FEATURES)
+    assert mix["dtdr_l"] > 0  # the learned part earned a positive weight on held-out data
+
+
+def test_end_of_plan_is_scored_explicitly(fitted, demo_split):
+    _, test = demo_split
+    demo = next(d for d in test if len(d.calls) >= 2)
+    first = fitted.rank(demo.query, ())
+    last = fitted.rank(demo.query, demo.calls)
+    assert first.rank_of(END_OF_PLAN) > 1
+    assert last.probability(END_OF_PLAN) > first.probability(END_OF_PLAN)
+
+
+@pytest.mark.slow
+def test_at_least_as_good_as_its_parts_on_held_out_plans(encoder, demo_data, demo_split):
+    train, test = demo_split
+    tools = demo_data.tools
+    mrr = {
+        name: fit_and_evaluate(model, train, test, tools).metrics["mrr"]
+        for name, model in {
+            "hybrid": HybridRetriever(encoder=encoder, n_folds=3),
+            "bm25": BM25Retriever(),
+            "dtdr-l-s": DTDRL(history="structured", encoder=encoder),
+        }.items()
+    }
+    assert mrr["hybrid"] >= max(mrr["bm25"], mrr["dtdr-l-s"]) - 0.01, mrr
+
+
+def test_tools_without_demonstrations_rely_on_zero_shot(encoder):
+    tools = Toolset(
+        [
+            {"name": "get_weather", "description": "Current weather forecast for a city"},
+            {"name": "send_email", "description": "Send an email message to a contact"},
+            {"name": "book_flight", "description": "Book a plane ticket between two airports"},
+            {"name": "translate_text", "description": "Translate text into another language"},
+        ]
+    )
+    demos = [
+        Demonstration(f"what is the weather in city {i}", ("get_weather",)) for i in range(6)
+    ] + [Demonstration(f"email my colleague number {i}", ("send_email",)) for i in range(6)]
+    model = HybridRetriever(encoder=encoder, n_folds=3).fit(demos, tools)
+    ranking = model.rank("please translate this text into French", ())
+    assert ranking.top(1)[0].name == "translate_text"  # never demonstrated
+    assert model.rank("weather in Paris", ()).top(1)[0].name == "get_weather"
+
+
+def test_save_and_load_give_the_same_ranking(fitted, demo_split, tmp_path):
+    _, test = demo_split
+    demo = test[3]
+    fitted.save(tmp_path / "hybrid")
+    back = HybridRetriever.load(tmp_path / "hybrid", encoder=fitted.encoder_)
+    assert isinstance(back, HybridRetriever)
+    for t in range(len(demo.calls) + 1):
+        a = fitted.rank(demo.query, demo.calls[:t])
+        b = back.rank(demo.query, demo.calls[:t])
+        assert np.allclose(a.probabilities, b.probabilities, atol=1e-9)
+
+
+def test_zero_demonstrations_is_pure_zero_shot_and_demonstrations_help(
+    encoder, demo_data, demo_split
+):
+    train, test = demo_split
+    zero = HybridRetriever(encoder=encoder).fit([], demo_data.tools)
+    assert zero.chains_ is None and zero.linear_ is None and zero.cv_["n_demos"] == 0
+    assert zero.mix()["dtdr_l"] == 0.0
+    ranking = zero.rank(test[0].query, ())
+    assert ranking.probabilities.sum() == pytest.approx(1.0)
+    assert ranking.rank_of(END_OF_PLAN) > 1  # no call yet: end-of-plan is unlikely
+    score_zero = fit_and_evaluate(zero, [], test[:40], demo_data.tools).metrics["mrr"]
+    learned = HybridRetriever(encoder=encoder, n_folds=2)
+    score_learned = fit_and_evaluate(learned, train[:120], test[:40], demo_data.tools)
+    assert score_learned.metrics["mrr"] > score_zero
+
+
+def test_bad_parameters_are_named(encoder, demo_data, demo_split):
+    train, _ = demo_split
+    with pytest.raises(ValueError, match="n_folds"):
+        HybridRetriever(encoder=encoder, n_folds=1).fit(train[:20], demo_data.tools)
+    with pytest.raises(ValueError, match="candidates"):
+        HybridRetriever(encoder=encoder, candidates=0).fit(train[:20], demo_data.tools)
+
+
+@pytest.mark.skipif(not hnsw_available(), reason="usearch is not installed")
+def test_large_catalogue_uses_the_hnsw_candidate_stage(encoder, demo_data, demo_split):
+    train, test = demo_split
+    filler = [
+        {"name": f"filler_{i}", "description": f"internal maintenance task number {i}"}
+        for i in range(300)
+    ]
+    tools = Toolset([*demo_data.tools.to_list(), *filler])
+    model = HybridRetriever(encoder=encoder, n_folds=2, candidates=30, exact_limit=100)
+    model.fit(train[:150], tools)
+    demo = test[0]
+    ranking = model.rank(demo.query, demo.calls[:1])
+    assert ranking.explanation["index"] == "hnsw"
+    assert ranking.explanation["candidates"] < len(tools)
+    assert ranking.probabilities.sum() == pytest.approx(1.0)
+    assert not ranking.top(1)[0].name.startswith("filler_")
