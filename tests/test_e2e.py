@@ -339,6 +339,12 @@ def test_dry_run_counts_calls_and_tokens_offline(plan: E2EPlan) -> None:
     assert by["hard"]["tools_bound"] == 2.0 and by["no_icl"]["tools_bound"] == 4.0
     assert by["hard"]["prompt_tokens"] < by["no_icl"]["prompt_tokens"] < by["soft"]["prompt_tokens"]
     assert report["prompt_tokens_total"] == sum(r.prompt_tokens for r in plan.requests)
+    # Figure 5's split: with every tool bound the schemas are constant; hard masks vary them
+    for req in plan.requests:
+        assert 0 < req.variable_tokens < req.prompt_tokens
+        if req.mode == "hard":
+            assert req.variable_tokens > req.tool_tokens
+    assert by["no_icl"]["variable_tokens"] < by["hard"]["variable_tokens"]
     assert "total: 18 calls" in format_e2e_markdown(report)
 
 

@@ -177,7 +177,8 @@ def dry_run_report(
 
     Returns:
         A report of kind ``"e2e"`` with ``dry_run`` true; each result has ``calls``,
-        ``cached``, ``prompt_tokens`` (mean per step) and ``prompt_tokens_total``.
+        ``cached``, ``prompt_tokens`` and ``variable_tokens`` (means per step) and
+        ``prompt_tokens_total``.
     """
     report = _base_report(plan, model=model, dry_run=True)
     results = []
@@ -187,6 +188,7 @@ def dry_run_report(
         if cache is not None and model:
             cached = sum(step_key(model, rid, mode, r.fingerprint) in cache for r in reqs)
         tokens = [r.prompt_tokens for r in reqs]
+        variable = [r.variable_tokens for r in reqs]
         results.append(
             {
                 "retriever": rid,
@@ -195,6 +197,7 @@ def dry_run_report(
                 "cached": cached,
                 "n_steps": len(reqs),
                 "prompt_tokens": sum(tokens) / len(tokens) if tokens else None,
+                "variable_tokens": sum(variable) / len(variable) if variable else None,
                 "prompt_tokens_total": sum(tokens),
                 "tools_bound": sum(len(r.bound) for r in reqs) / len(reqs) if reqs else None,
             }
@@ -236,6 +239,7 @@ def _row(req: StepRequest, model: str, key: str) -> dict[str, Any]:
         "acceptable": sorted(req.step.acceptable),
         "n_bound": len(req.bound),
         "prompt_tokens": req.prompt_tokens,
+        "variable_tokens": req.variable_tokens,
         "tool_tokens": req.tool_tokens,
     }
 

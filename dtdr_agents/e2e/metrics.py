@@ -144,10 +144,11 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     Returns:
         ``fsa``, ``sr``, ``end_accuracy`` (None when nothing to score), ``prompt_tokens``
-        (mean over all steps), ``usage_prompt_tokens`` (mean of the server's counts, when it
-        reported them), ``latency_ms`` (p50, p99, mean over answered steps), ``unbound_rate``,
-        counts (``n_steps``, ``n_answered``, ``n_plans``, ``n_plans_answered``,
-        ``n_errors``, ``kinds``, ``errors``) and ``unknown_tools`` (name -> calls).
+        and ``variable_tokens`` (means over all steps), ``usage_prompt_tokens`` (mean of the
+        server's counts, when it reported them), ``latency_ms`` (p50, p99, mean over
+        answered steps), ``unbound_rate``, counts (``n_steps``, ``n_answered``, ``n_plans``,
+        ``n_plans_answered``, ``n_errors``, ``kinds``, ``errors``) and ``unknown_tools``
+        (name -> calls).
     """
     answered = [r for r in rows if r["kind"] != "error"]
     plans: dict[int, list[Mapping[str, Any]]] = {}
@@ -158,6 +159,7 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     latencies = [float(r["latency_ms"]) for r in answered if r.get("latency_ms") is not None]
     usage = [int(r["usage_prompt_tokens"]) for r in answered if r.get("usage_prompt_tokens")]
     tokens = [int(r["prompt_tokens"]) for r in rows]
+    variable = [int(r["variable_tokens"]) for r in rows if r.get("variable_tokens") is not None]
     kinds = Counter(str(r["kind"]) for r in rows)
     errors = Counter(str(r.get("error_type") or "other") for r in rows if r["kind"] == "error")
     unknown = Counter(str(r["called"]) for r in rows if r["kind"] == "unknown")
@@ -167,6 +169,7 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "end_accuracy": _share(sum(bool(r["correct"]) for r in ends), len(ends)),
         "unbound_rate": _share(kinds["unbound"], len(answered)),
         "prompt_tokens": float(np.mean(tokens)) if tokens else None,
+        "variable_tokens": float(np.mean(variable)) if variable else None,
         "usage_prompt_tokens": float(np.mean(usage)) if usage else None,
         "latency_ms": {
             "p50": percentile(latencies, 50),

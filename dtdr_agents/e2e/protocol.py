@@ -126,6 +126,9 @@ class StepRequest:
         bound: API names of the bound functions, in catalogue order, end-of-plan last.
         preferred: API names of the retrieved tools, best first (empty for `no_icl`).
         prompt_tokens: Tokens of the messages plus the bound tools' schemas.
+        variable_tokens: The part of `prompt_tokens` that changes from step to step (the
+            paper's Figure 5 split): all but the instructions, the example demonstration and,
+            when every tool is bound, the tool schemas.
         tool_tokens: Tokens of the bound tools' schemas.
         fingerprint: SHA-256 of the messages and tools (part of the step cache key).
     """
@@ -138,6 +141,7 @@ class StepRequest:
     bound: tuple[str, ...]
     preferred: tuple[str, ...] = ()
     prompt_tokens: int = 0
+    variable_tokens: int = 0
     tool_tokens: int = 0
     fingerprint: str = field(default="", compare=False)
 
@@ -211,6 +215,7 @@ class ProtocolBuilder:
         )
         self.steps = self._steps()
         self._examples = self._draw_examples()
+        self._prefix_tokens = [counter.count(self._system_prefix(i)) for i in range(len(test))]
 
     def _api(self, name: str) -> str:
         return END_TOOL if name == END_OF_PLAN else self.names.get(name, name)
@@ -256,9 +261,13 @@ class ProtocolBuilder:
         scored.sort(key=lambda t: (t[0], t[1]))
         return [render_demonstration(q, c, END_TOOL) for _, _, q, c in scored[:MAX_RAW_DEMOS]]
 
+    def _system_prefix(self, plan: int) -> str:
+        """The part of the system message every step of a plan shares."""
+        instructions = AGENT_INSTRUCTIONS.format(end=END_TOOL)
+        return f"{instructions}\n\n{EXAMPLE_HEADER}\n{self._examples[plan]}"
+
     def _messages(self, step: E2EStep, extra: str) -> list[dict[str, Any]]:
-        system = AGENT_INSTRUCTIONS.format(end=END_TOOL)
-        system += f"\n\n{EXAMPLE_HEADER}\n{self._examples[step.plan]}"
+        system = self._system_prefix(step.plan)
         if extra:
             system += f"\n\n{extra}"
         messages: list[dict[str, Any]] = [
@@ -329,6 +338,9 @@ class ProtocolBuilder:
         tools = [self.schemas[n] for n in bound]
         tool_tokens = sum(self.schema_tokens[n] for n in bound)
         text_tokens = self.counter.count(json.dumps(messages, ensure_ascii=False))
+        constant = self._prefix_tokens[step.plan]
+        if len(bound) == len(self.schemas):  # every tool bound: the schemas never change
+            constant += tool_tokens
         fingerprint = hashlib.sha256(
             json.dumps({"messages": messages, "tools": tools}, sort_keys=True).encode()
         ).hexdigest()
@@ -341,6 +353,7 @@ class ProtocolBuilder:
             bound=bound,
             preferred=preferred,
             prompt_tokens=text_tokens + tool_tokens,
+            variable_tokens=max(0, text_tokens + tool_tokens - constant),
             tool_tokens=tool_tokens,
             fingerprint=fingerprint,
         )

@@ -42,14 +42,14 @@ def format_e2e_markdown(report: Mapping[str, Any]) -> str:
     if report.get("dry_run"):
         parts.append(
             "| retriever | mode | calls | cached | tools bound | prompt tokens/step "
-            "| prompt tokens total |"
+            "| variable tokens/step | prompt tokens total |"
         )
-        parts.append("|---|---|---:|---:|---:|---:|---:|")
+        parts.append("|---|---|---:|---:|---:|---:|---:|---:|")
         for r in results:
             parts.append(
                 f"| {r['retriever']} | {r['mode']} | {r['calls']} | {r['cached']} | "
                 f"{_num(r.get('tools_bound'), 1)} | {_num(r.get('prompt_tokens'), 1)} | "
-                f"{r['prompt_tokens_total']} |"
+                f"{_num(r.get('variable_tokens'), 1)} | {r['prompt_tokens_total']} |"
             )
         parts.append("")
         parts.append(
@@ -58,14 +58,15 @@ def format_e2e_markdown(report: Mapping[str, Any]) -> str:
     else:
         parts.append(
             "| retriever | mode | FSA % | SR % | end-of-plan % | prompt tokens/step | "
-            "p50 ms | p99 ms | unbound % | answered | errors |"
+            "variable tokens/step | p50 ms | p99 ms | unbound % | answered | errors |"
         )
-        parts.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        parts.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in results:
             lat = r.get("latency_ms") or {}
             parts.append(
                 f"| {r['retriever']} | {r['mode']} | {_pct(r.get('fsa'))} | {_pct(r.get('sr'))} | "
                 f"{_pct(r.get('end_accuracy'))} | {_num(r.get('prompt_tokens'), 1)} | "
+                f"{_num(r.get('variable_tokens'), 1)} | "
                 f"{_num(lat.get('p50'))} | {_num(lat.get('p99'))} | "
                 f"{_pct(r.get('unbound_rate'))} | {r.get('n_answered')}/{r.get('n_steps')} | "
                 f"{r.get('n_errors')} |"
