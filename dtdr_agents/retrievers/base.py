@@ -138,6 +138,8 @@ class ToolRetriever(ABC):
     """False for query-only retrievers, which rank once per query (DTDR paper, Algorithm 7)."""
     uses_encoder: ClassVar[bool] = True
     """Whether `fit` needs the sentence encoder."""
+    accepts_no_demos: ClassVar[bool] = False
+    """Whether `fit` works with zero demonstrations (the retriever is then purely zero-shot)."""
 
     encoder: str | Encoder | None
     prior_weight: float
@@ -209,7 +211,7 @@ class ToolRetriever(ABC):
         """Learn from demonstrations over the tool catalogue `tools`; returns self."""
         toolset = tools if isinstance(tools, Toolset) else Toolset(tools)
         demo_list = list(demos)
-        if not demo_list:
+        if not demo_list and not self.accepts_no_demos:
             raise InvalidDemonstrationError("fit needs at least one demonstration, got none")
         for pos, demo in enumerate(demo_list):
             if not isinstance(demo, Demonstration):
@@ -230,7 +232,7 @@ class ToolRetriever(ABC):
             self.encoder_ = encoder
             self.tool_embeddings_ = encoder.encode([t.text() for t in toolset])
         steps = [s for d in demo_list for s in d.steps()]
-        self.end_rate_ = sum(s.target == END_OF_PLAN for s in steps) / len(steps)
+        self.end_rate_ = sum(s.target == END_OF_PLAN for s in steps) / len(steps) if steps else 0.0
         self._fit(demo_list, toolset)
         self._fitted = True
         self.set_tools(toolset)
