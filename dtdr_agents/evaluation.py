@@ -12,22 +12,17 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from dtdr_agents.metrics import DEFAULT_KS, group_mean, mean_metrics, step_metrics
+from dtdr_agents.metrics import DEFAULT_KS, group_mean, mean_metrics, step_metrics, tracc
+from dtdr_agents.progress import Progress, no_progress
+from dtdr_agents.recommend import Recommendation, recommend_from_ranking
 from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.types import END_OF_PLAN, Demonstration, Ranking, Step, Toolset
-
-Progress = Callable[[Iterable[Any], str, int], Iterable[Any]]
-"""A progress wrapper: (iterable, description, total) -> iterable (e.g. tqdm)."""
-
-
-def _no_progress(items: Iterable[Any], desc: str, total: int) -> Iterable[Any]:
-    return items
 
 
 class _Prefixer:
@@ -58,6 +53,24 @@ class _Prefixer:
         return [ranking.names[int(i)] for i in order[: max(last, self.min_len)]]
 
 
+def recommend_for(retriever: ToolRetriever, query: str) -> Recommendation:
+    """`retriever.recommend(query)`, or its default-policy recommendation if it has none."""
+    own = getattr(retriever, "recommend", None)
+    if callable(own):
+        rec = own(query, (), ignore_unknown=True)
+        assert isinstance(rec, Recommendation)
+        return rec
+    return recommend_from_ranking(retriever.rank(query, (), ignore_unknown=True))
+
+
+def set_metrics(recommended: Sequence[str], relevant: frozenset[str]) -> dict[str, float]:
+    """TRACC of the recommended set and its size error ``| |B| - |A| |`` (set-valued data)."""
+    return {
+        "tracc": tracc(recommended, relevant),
+        "size_error": float(abs(len(set(recommended)) - len(relevant))),
+    }
+
+
 def eval_steps(demo: Demonstration, *, set_valued: bool = False) -> list[Step]:
     """The steps a demonstration is scored on."""
     if set_valued:
@@ -81,6 +94,9 @@ class EvalResult:
         by_plan_length: Metrics grouped by the number of calls in the plan.
         by_step: Metrics grouped by step index (0 = first call).
         rows: Per-step rows (query index, step index, plan length, metrics).
+        recommend_policy: How the scored recommendations chose their size (set-valued data:
+            `tracc` and `size_error` score the recommended set itself).
+        recommend_ms: p50 / p99 / mean of single `recommend` calls, in milliseconds.
         error: The error that stopped this retriever, if any (results so far are kept).
     """
 
@@ -94,6 +110,8 @@ class EvalResult:
     by_plan_length: dict[int, dict[str, float]] = field(default_factory=dict)
     by_step: dict[int, dict[str, float]] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)
+    recommend_policy: str | None = None
+    recommend_ms: dict[str, float] = field(default_factory=dict)
     error: str | None = None
 
     def summary(self) -> dict[str, Any]:
@@ -108,6 +126,9 @@ class EvalResult:
                 "latency_ms": self.latency_ms,
             }
         )
+        if self.recommend_policy is not None:
+            out["recommend_policy"] = self.recommend_policy
+            out["recommend_ms"] = self.recommend_ms
         if self.error:
             out["error"] = self.error
         return out
@@ -129,8 +150,10 @@ def evaluate(
     """
     rid = retriever_id or retriever.retriever_id or type(retriever).__name__
     result = EvalResult(rid)
-    wrap = progress or _no_progress
+    wrap = progress or no_progress
     calls_ms: list[float] = []
+    rec_ms: list[float] = []
+    policies: dict[str, None] = {}
     rank_total = 0.0
     prefix = _Prefixer(max(ks))
     encoder = retriever.encoder_
@@ -150,6 +173,12 @@ def evaluate(
                     once = ranking
                 ranked = prefix(once, step.acceptable, drop_end=set_valued)
                 row = step_metrics(ranked, step.acceptable, ks=ks)
+                if set_valued:  # score the recommended set itself: TRACC and size error
+                    t0 = time.perf_counter()
+                    rec = recommend_for(retriever, demo.query)
+                    rec_ms.append((time.perf_counter() - t0) * 1000.0)
+                    policies[rec.policy.split(" (")[0]] = None
+                    row.update(set_metrics(rec.names, step.acceptable))
                 result.rows.append({"query": qi, "step": si, "plan_length": len(demo.calls), **row})
             result.n_queries += 1
     except Exception as exc:  # keep the rows so far; report the failure
@@ -167,6 +196,10 @@ def evaluate(
         )
         result.by_step = dict(sorted(group_mean(metric_rows, [r["step"] for r in scored]).items()))
         result.ms_per_step = rank_total / len(scored)
+    if policies:
+        result.recommend_policy = "; ".join(policies)
+    if rec_ms:
+        result.recommend_ms = _latency(rec_ms)
     if calls_ms:
         arr = np.asarray(calls_ms)
         result.latency_ms = {
@@ -175,6 +208,15 @@ def evaluate(
             "mean": float(statistics.fmean(calls_ms)),
         }
     return result
+
+
+def _latency(values_ms: Sequence[float]) -> dict[str, float]:
+    arr = np.asarray(values_ms)
+    return {
+        "p50": float(np.percentile(arr, 50)),
+        "p99": float(np.percentile(arr, 99)),
+        "mean": float(statistics.fmean(values_ms)),
+    }
 
 
 def fit_and_evaluate(

@@ -139,6 +139,22 @@ class TestRetrieverContract:
         with pytest.raises(ValueError, match="query"):
             fitted(rid).rank("   ")
 
+    def test_recommend_is_a_sized_explained_set(self, rid, fitted, demo_data):
+        model = fitted(rid)
+        for query, history in QUERIES:
+            rec = model.recommend(query, history)
+            if rec.fallback:  # out of distribution: empty, and it says why
+                assert rec.names == () and rec.reason
+                continue
+            assert rec.names and len(set(rec.names)) == len(rec.names)
+            assert set(rec.names) <= set(demo_data.tools.names)
+            assert set(history) <= set(rec.names)
+            assert set(rec.stages) == set(rec.names) == set(rec.why)
+            assert all(0.0 <= p <= 1.0 for p in rec.probabilities)
+            assert rec.policy
+        with pytest.raises(UnknownToolError, match="no_such_tool"):
+            model.recommend("email Anna", ["no_such_tool"])
+
     def test_removed_tool_is_never_returned(self, rid, encoder, demo_data, demo_split):
         model = _fit(rid, encoder, demo_split[0], demo_data.tools)
         removed = "compose_email"

@@ -46,6 +46,8 @@ from dtdr_agents.persistence import (
     read_model,
     write_model,
 )
+from dtdr_agents.recommend.default import recommend_from_ranking
+from dtdr_agents.recommend.record import Recommendation
 from dtdr_agents.retrievers.registry import class_by_name, register
 from dtdr_agents.types import END_OF_PLAN, Demonstration, Ranking, Toolset, as_history
 
@@ -401,6 +403,33 @@ class ToolRetriever(ABC):
             fallback_reason=scores.ood_reason,
             notes=notes,
         )
+
+    def recommend(
+        self,
+        query: str,
+        history: Sequence[str] | str | None = (),
+        *,
+        ignore_unknown: bool = False,
+    ) -> Recommendation:
+        """The tool set for the whole request, with its size decided (not a fixed top-k).
+
+        This default cuts the request's ranking to `set_size(query)` tools, or, when that is
+        None, to the default `SelectionPolicy` (named in `Recommendation.policy`). Tools already
+        called stay in the set. Out of distribution: an empty recommendation that says why.
+        Composites such as `ptr` recommend on their own.
+
+        Args:
+            query: The user's request.
+            history: Tools called so far for this request.
+            ignore_unknown: Drop history names missing from the catalogue instead of raising.
+        """
+        ranking = self.rank(query, (), ignore_unknown=ignore_unknown)
+        hist = self._validate_history(as_history(history), ignore_unknown)
+        return recommend_from_ranking(ranking, size=self.set_size(query), history=hist)
+
+    def set_size(self, query: str) -> int | None:
+        """How many tools `recommend` returns for `query`; None uses the default policy."""
+        return None
 
     def _to_catalogue(
         self, query: str, label_probs: np.ndarray
