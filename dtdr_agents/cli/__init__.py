@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from dtdr_agents._version import __version__
-from dtdr_agents.cli._common import CLIError
+from dtdr_agents.cli._common import BAD_INPUT, CLIError, describe_error
 from dtdr_agents.errors import DTDRError
 
 GROUPS = (
@@ -50,6 +51,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BAD_INPUT as exc:
+        # Bad values reach library code as these; say what was wrong, never a traceback
+        # (DTDR_AGENTS_DEBUG=1 shows it).
+        if os.environ.get("DTDR_AGENTS_DEBUG"):
+            raise
+        print(f"error: {describe_error(exc)}", file=sys.stderr)
+        return 2
     return code
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -11,6 +12,59 @@ from dtdr_agents.errors import DTDRError
 
 class CLIError(DTDRError):
     """A bad command-line input; `main` prints `error: ...` and exits with status 2."""
+
+
+BAD_INPUT: tuple[type[BaseException], ...] = (
+    ValueError,
+    TypeError,
+    KeyError,
+    OSError,
+    MemoryError,
+    OverflowError,
+    RecursionError,
+)
+"""Exceptions `main` reports as `error: ...` (exit 2) besides `DTDRError`: bad values and
+files reach library code as these."""
+
+
+def describe_error(exc: BaseException) -> str:
+    """A one-line message for a bad-input exception (with the file for OS errors)."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        reason = exc.strerror or type(exc).__name__
+        return f"{exc.filename}: {reason}"
+    if isinstance(exc, KeyError) and exc.args:
+        return f"{type(exc).__name__}: {exc.args[0]}"
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, ValueError | TypeError) else f"{type(exc).__name__}: {text}"
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def non_empty(text: str) -> str:
+    """An argparse type: a string that is not blank."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
 
 
 def parse_value(text: str) -> Any:

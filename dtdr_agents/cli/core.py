@@ -9,7 +9,14 @@ import time
 from typing import Any
 
 from dtdr_agents._version import __version__
-from dtdr_agents.cli._common import CLIError, parse_params, split_ids
+from dtdr_agents.cli._common import (
+    CLIError,
+    non_empty,
+    non_negative_int,
+    parse_params,
+    positive_int,
+    split_ids,
+)
 from dtdr_agents.encoders import default_cache_dir
 from dtdr_agents.progress import progress_bar
 
@@ -224,9 +231,7 @@ def add_commands(sub: Any) -> None:
     fit.add_argument(
         "--skip-bad", action="store_true", help="skip malformed lines instead of stopping"
     )
-    fit.add_argument(
-        "--limit", type=non_negative_int, help="use only the first N demonstrations"
-    )
+    fit.add_argument("--limit", type=non_negative_int, help="use only the first N demonstrations")
     fit.add_argument("-o", "--output", required=True, help="model folder to write")
     fit.set_defaults(func=cmd_fit)
 

@@ -92,6 +92,14 @@ class Scores:
     notes: dict[str, str] = field(default_factory=dict)
 
 
+def check_quantile(value: Any, name: str = "ood_quantile") -> None:
+    """A quantile parameter is None or a number in (0, 1]."""
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 < value <= 1.0
+    ):
+        raise ValueError(f"{name} must be None or a number in (0, 1], got {value!r}")
+
+
 def check_threshold(value: Any, name: str, *, upper: float | None) -> None:
     """For `_set_state`: a saved threshold is None or a finite number in [0, upper]."""
     if value is None:

@@ -13,7 +13,7 @@ import numpy as np
 
 from dtdr_agents.encoders import Encoder, VocabularyCheck
 from dtdr_agents.errors import ModelLoadError
-from dtdr_agents.retrievers.base import Scores, ToolRetriever, check_threshold
+from dtdr_agents.retrievers.base import Scores, ToolRetriever, check_quantile, check_threshold
 from dtdr_agents.retrievers.markov import GLOBAL, UNSEEN, MarkovTables, history_key
 from dtdr_agents.types import Demonstration, Toolset
 
@@ -37,6 +37,10 @@ def _loo_centroid_distances(x: np.ndarray, labels: np.ndarray, centroids: np.nda
             d[c] = np.inf
             out[i] = d.min() if k > 1 else 0.0
     return out
+
+
+MAX_ORDER = 32
+"""Longest Markov history key (the paper uses 3)."""
 
 
 class DTDRC(ToolRetriever):
@@ -91,8 +95,11 @@ class DTDRC(ToolRetriever):
         self.seed = seed
 
     def _check_params(self, n_demos: int) -> int:
-        if not isinstance(self.order, int) or self.order < 0:
+        if isinstance(self.order, bool) or not isinstance(self.order, int):
             raise ValueError(f"order must be an integer >= 0, got {self.order!r}")
+        if not 0 <= self.order <= MAX_ORDER:
+            raise ValueError(f"order must be in [0, {MAX_ORDER}], got {self.order!r}")
+        check_quantile(self.ood_quantile)
         if self.n_clusters == "auto":
             if self.demos_per_cluster < 1:
                 raise ValueError(f"demos_per_cluster must be >= 1, got {self.demos_per_cluster}")

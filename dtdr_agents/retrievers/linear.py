@@ -13,7 +13,13 @@ import numpy as np
 
 from dtdr_agents.encoders import Encoder, TokenLimited, VocabularyCheck, token_limit
 from dtdr_agents.errors import ModelLoadError
-from dtdr_agents.retrievers.base import Scores, ToolRetriever, check_threshold, softmax
+from dtdr_agents.retrievers.base import (
+    Scores,
+    ToolRetriever,
+    check_quantile,
+    check_threshold,
+    softmax,
+)
 from dtdr_agents.types import END_OF_PLAN, Demonstration, Toolset
 
 HistoryMode = Literal["text", "structured", "none"]
@@ -288,6 +294,7 @@ class DTDRL(ToolRetriever):
         lr = self.lr if self.lr is not None else (1e-2 if structured else 1e-3)
         if self.epochs < 1 or batch_size < 1 or lr <= 0:
             raise ValueError("epochs and batch_size must be >= 1 and lr > 0")
+        check_quantile(self.ood_quantile)
         queries, histories, y = self._training_set(demos)
         x = self._features(queries, histories)
         self.weight_, self.bias_ = train_linear(
