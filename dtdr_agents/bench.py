@@ -92,7 +92,11 @@ def _mrr(model: ToolRetriever, train: Sequence[Demonstration], test: Dataset) ->
 
 
 def run_ablations(train: Dataset, test: Dataset, *, encoder: Encoder, seed: int) -> dict[str, Any]:
-    """MRR of DTDR-C and DTDR-L by history length, clusters and demonstrations (Figure 6)."""
+    """MRR of DTDR-C and DTDR-L by history length, clusters and demonstrations (Figure 6).
+
+    The demonstrations ablation is also the learning curve (0, 10, 50, 100, 300, ..., all) of
+    the zero-shot (`bm25`, `qts`), learned (`dtdr-c`, `dtdr-l-s`) and `hybrid` retrievers.
+    """
     from dtdr_agents.retrievers import DTDRC, DTDRL
 
     demos = list(train.demos)
@@ -116,11 +120,19 @@ def run_ablations(train: Dataset, test: Dataset, *, encoder: Encoder, seed: int)
         out["n_clusters"][k] = {
             "dtdr-c": _mrr(DTDRC(n_clusters=k, encoder=encoder, seed=seed), demos, test)
         }
-    for size in sorted({s for s in (50, 100, 300, 1000, 3000, n) if s <= n}):
-        sub = demos[:size]
-        out["n_demos"][size] = {
-            "dtdr-c": _mrr(DTDRC(encoder=encoder, seed=seed), sub, test),
-            "dtdr-l-s": _mrr(DTDRL(history="structured", encoder=encoder, seed=seed), sub, test),
-        }
+    from dtdr_agents.retrievers.baselines import BM25Retriever, QTSRetriever
+    from dtdr_agents.retrievers.hybrid import HybridRetriever
+
+    for size in sorted({s for s in (0, 10, 50, 100, 300, 1000, 3000, n) if s <= n}):
+        sub = demos[:size]  # the learning curve: zero-shot, learned and hybrid
+        row = {"hybrid": _mrr(HybridRetriever(encoder=encoder, seed=seed), sub, test)}
+        if size:  # the others need at least one demonstration (end-of-plan rate, training)
+            row["bm25"] = _mrr(BM25Retriever(), sub, test)
+            row["qts"] = _mrr(QTSRetriever(encoder=encoder), sub, test)
+            row["dtdr-c"] = _mrr(DTDRC(encoder=encoder, seed=seed), sub, test)
+            row["dtdr-l-s"] = _mrr(
+                DTDRL(history="structured", encoder=encoder, seed=seed), sub, test
+            )
+        out["n_demos"][size] = row
         print(f"ablation demonstrations {size}: {out['n_demos'][size]}", file=sys.stderr)
     return out

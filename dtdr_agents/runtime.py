@@ -71,8 +71,9 @@ __all__ = [
     "unwrap_retriever",
 ]
 
-DEFAULT_RETRIEVER = "dtdr-c"
-"""The retriever id an integration fits when it is given demonstrations and no retriever."""
+DEFAULT_RETRIEVER = "hybrid"
+"""The retriever id an integration fits when it is given demonstrations and no retriever
+(`hybrid`: zero-shot relevance plus learned dependencies; works from zero demonstrations)."""
 
 DEFAULT_POLICY = SelectionPolicy(k=5, threshold=0.0)
 """The agents' default selection: the 5 best tools the retriever gives any probability."""
