@@ -5,9 +5,10 @@ functional queries; each query runs through the base retriever (a chat planner s
 after each query, Fig. 14). The rankings of the queries and of the request itself are fused by
 peak rank (default) or RRF.
 
-Beyond the paper, inside an agent: at a later step, a sub-goal whose queries placed one of the
-calls already made within their top `done_k` counts as done, and its queries' lists leave the
-fusion, so the next-step ranking leans on the remaining sub-goals. The request's own list is
+Beyond the paper, inside an agent: at a later step, each call already made serves the
+sub-goal whose query ranked it best (within the top `done_k`; one sub-goal per call, the next
+best when that one is served already). Served sub-goals' lists leave the fusion, so the
+next-step ranking leans on the remaining sub-goals. The request's own list is
 ranked by the base with the history (`base.rank(request, history)`), so a history-aware base
 keeps its dependency knowledge.
 
@@ -90,8 +91,8 @@ class ToolQPRetriever(CompositeRetriever):
         include_request: Fuse the request's own base ranking with the queries' rankings (the
             paper keeps the user query).
         feedback_k: Tools returned to the planner after each query.
-        done_k: A sub-goal counts as done once a call in the history was within the top
-            `done_k` of one of its queries.
+        done_k: A call in the history serves the sub-goal whose query ranked it best, if
+            within the top `done_k` (one sub-goal per call).
         timeout: Bound in seconds on planning one request (None: no bound); beyond it the
             request falls back to the base ranking.
         cache_size: Plans kept (per request and catalogue).
@@ -282,15 +283,31 @@ class ToolQPRetriever(CompositeRetriever):
         self._check_fitted()
         return self._plan_state(query).plan
 
+    async def aplan_for(self, query: str) -> Plan | None:
+        """Async `plan_for`: the planner's async path (`Planner.aplan`)."""
+        self._check_fitted()
+        return (await self._aplan_state(query)).plan
+
+    def plan_fallback_reason(self, query: str) -> str | None:
+        """Why `query` has no plan (the ranking falls back to the base), or None."""
+        self._check_fitted()
+        return self._plan_state(query).fallback_reason
+
     # ------------------------------------------------------------------------------ ranking
     def _active(self, state: _PlanState, history: Sequence[str]) -> tuple[list[int], list[int]]:
         """(indices of the queries still fused, indices of the sub-goals done)."""
         assert state.plan is not None
-        called = [self.tools_.index(h) for h in dict.fromkeys(history) if self.tools_.has(h)]
         done: set[int] = set()
-        if called:
-            hit = (state.ranks[:, called] <= self.done_k).any(axis=1)
-            done = {state.targets[i] for i in np.flatnonzero(hit)}
+        for name in dict.fromkeys(history):  # each call serves at most one sub-goal
+            if not self.tools_.has(name):
+                continue
+            ranks = state.ranks[:, self.tools_.index(name)]
+            for i in np.argsort(ranks, kind="stable"):
+                if ranks[i] > self.done_k:
+                    break
+                if state.targets[i] not in done:
+                    done.add(state.targets[i])
+                    break
         active = [i for i, goal in enumerate(state.targets) if goal not in done]
         if not active:  # every sub-goal served: keep them all
             active = list(range(len(state.targets)))
