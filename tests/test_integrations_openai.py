@@ -17,11 +17,11 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.tools import BaseTool
 from langchain_openai import ChatOpenAI
-from openai_server import OpenAIChatServer, history_of, tool_names
+from openai_server import OpenAIChatServer, history_of, plan_responder, tool_names
 
 from dtdr_agents.selection import SelectionPolicy, select
 from langchain_dtdr import DTDRMiddleware
-from langchain_dtdr.testing import DemoSetup, demo_setup, example_args, langchain_tools
+from langchain_dtdr.testing import DemoSetup, demo_setup, langchain_tools
 from langgraph_dtdr import create_dtdr_agent
 
 K = 3
@@ -46,21 +46,7 @@ def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def server(demo: DemoSetup) -> Iterator[OpenAIChatServer]:
-    plans = demo.plans()
-
-    def responder(body: dict[str, Any]) -> dict[str, Any]:
-        query, history = history_of(body)
-        plan = plans[query]
-        if len(history) >= len(plan):
-            return {"content": f"Done: {' -> '.join(plan)}."}
-        name = plan[len(history)]
-        if name not in tool_names(body):
-            return {"content": f"No offered tool can do {name}."}
-        tool = demo.tools.get(name)
-        assert tool is not None
-        return {"tool_calls": [{"name": name, "arguments": example_args(tool.parameters)}]}
-
-    with OpenAIChatServer(responder) as srv:
+    with OpenAIChatServer(plan_responder(demo.plans(), demo.args_for)) as srv:
         yield srv
 
 

@@ -19,12 +19,12 @@ pytest.importorskip("llama_index.llms.openai_like")
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.tools import FunctionTool
 from llama_index.llms.openai_like import OpenAILike
-from openai_server import OpenAIChatServer, history_of, tool_names
+from openai_server import OpenAIChatServer, history_of, plan_responder, tool_names
 
 from dtdr_agents.errors import InvalidToolError
 from dtdr_agents.runtime import BindingPolicy, CatalogueMismatchError, run_report
 from dtdr_agents.selection import SelectionPolicy, select
-from langchain_dtdr.testing import DemoSetup, demo_setup, example_args
+from langchain_dtdr.testing import DemoSetup, demo_setup
 from llama_index_dtdr import RECORDS_KEY, DTDRFunctionAgent, DTDRObjectRetriever
 from llama_index_dtdr.testing import llama_tools
 
@@ -48,27 +48,9 @@ def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
 
 
-def plan_responder(demo: DemoSetup) -> Any:
-    plans = demo.plans()
-
-    def responder(body: dict[str, Any]) -> dict[str, Any]:
-        query, history = history_of(body)
-        plan = plans[query]
-        if len(history) >= len(plan):
-            return {"content": f"Done: {' -> '.join(plan)}."}
-        name = plan[len(history)]
-        if name not in tool_names(body):
-            return {"content": f"No offered tool can do {name}."}
-        tool = demo.tools.get(name)
-        assert tool is not None
-        return {"tool_calls": [{"name": name, "arguments": example_args(tool.parameters)}]}
-
-    return responder
-
-
 @pytest.fixture
 def server(demo: DemoSetup) -> Iterator[OpenAIChatServer]:
-    with OpenAIChatServer(plan_responder(demo)) as srv:
+    with OpenAIChatServer(plan_responder(demo.plans(), demo.args_for)) as srv:
         yield srv
 
 

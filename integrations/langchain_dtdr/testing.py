@@ -272,6 +272,11 @@ class DemoSetup:
         """Query -> recorded calls of every demonstration."""
         return {d.query: d.calls for d in (*self.train, *self.test)}
 
+    def args_for(self, name: str) -> dict[str, Any]:
+        """Placeholder arguments of a call of the tool `name` (see `example_args`)."""
+        tool = self.tools.get(name)
+        return example_args(tool.parameters) if tool is not None else {}
+
 
 def demo_setup(
     retriever: str = "dtdr-c",
