@@ -63,6 +63,8 @@ FEATURES: tuple[str, ...] = (
     "dtdr_l",
     "in_history",
     "last_call_sim",
+    "knn_plan",
+    "knn_next",
     # end-of-plan
     "end",
     "end_chain_cluster",
@@ -70,6 +72,7 @@ FEATURES: tuple[str, ...] = (
     "end_dtdr_l",
     "end_n_calls",
     "end_first_step",
+    "end_knn",
 )
 """The combiner's features, in weight order (see the module docstring)."""
 
@@ -100,6 +103,12 @@ REST_MASS = 1e-4
 L_TOP = 20
 """DTDR-L's top tools added to every step's candidates."""
 
+KNN = 10
+"""Nearest demonstrations (by request similarity) behind the `knn_*` features."""
+
+KNN_TEMPERATURE = 0.05
+"""Softmax temperature of the neighbours' weights over their cosine similarities."""
+
 
 CandidateSource = Callable[[str, int], Sequence[tuple[str, float]]]
 """An external candidate stage: (query, k) -> up to k (tool name, similarity), best first.
@@ -127,6 +136,7 @@ class _QueryState:
     cluster: int
     cluster_far: float
     source_note: str | None = None
+    neighbours: tuple[tuple[int, float], ...] = ()  # (demonstration, weight)
 
 
 def _fit_combiner(
@@ -269,6 +279,15 @@ class HybridRetriever(ToolRetriever):
         for demo in demos:
             for call in demo.calls:
                 self.tool_counts_[self._label_index[call]] += 1.0
+        assert self.encoder_ is not None
+        self.knn_queries_ = (
+            self.encoder_.encode([d.query for d in demos]).astype(np.float32)
+            if demos
+            else np.zeros((0, self.encoder_.dim), dtype=np.float32)
+        )
+        self.knn_plans_ = [
+            np.array([self._label_index[c] for c in d.calls], dtype=np.int64) for d in demos
+        ]
         if not demos:
             self.chains_: DTDRC | None = None
             self.linear_: DTDRL | None = None
@@ -331,7 +350,41 @@ class HybridRetriever(ToolRetriever):
             cluster, dist = self.chains_.assign_cluster(query)
             thr = self.chains_.ood_threshold_
             far = dist / thr if thr else 0.0
-        return _QueryState(qvec, cands, zs, bm25, bm_max, cos_max, cluster, far, note)
+        neighbours: tuple[tuple[int, float], ...] = ()
+        if len(self.knn_queries_):
+            sims = self.knn_queries_ @ qvec
+            k = min(KNN, len(sims))
+            top = np.argpartition(-sims, k - 1)[:k]
+            w = softmax(sims[top] / KNN_TEMPERATURE)
+            neighbours = tuple((int(j), float(v)) for j, v in zip(top, w, strict=True))
+        return _QueryState(qvec, cands, zs, bm25, bm_max, cos_max, cluster, far, note, neighbours)
+
+    def _knn(
+        self, qs: _QueryState, history: tuple[str, ...]
+    ) -> tuple[dict[int, float], dict[int, float], float]:
+        """Neighbours' votes: tools left in their plans, their next call, and end-of-plan."""
+        done: dict[int, int] = {}
+        for h in history:
+            i = self._label_index.get(h, -1)
+            done[i] = done.get(i, 0) + 1
+        plan_votes: dict[int, float] = {}
+        next_votes: dict[int, float] = {}
+        end_vote = 0.0
+        for j, weight in qs.neighbours:
+            left = dict(done)
+            remaining = []
+            for t in self.knn_plans_[j].tolist():
+                if left.get(t, 0) > 0:
+                    left[t] -= 1
+                else:
+                    remaining.append(t)
+            if not remaining:
+                end_vote += weight
+                continue
+            next_votes[remaining[0]] = next_votes.get(remaining[0], 0.0) + weight
+            for t in set(remaining):
+                plan_votes[t] = plan_votes.get(t, 0.0) + weight
+        return plan_votes, next_votes, end_vote
 
     def set_candidate_source(self, source: CandidateSource | None) -> Self:
         """Take the dense candidates from `source` (e.g. a shared vector store), or None.
@@ -401,6 +454,9 @@ class HybridRetriever(ToolRetriever):
             k = min(L_TOP, len(lp))
             top = np.argpartition(-lp, k - 1)[:k]
             extra.append(self._linear_map[top])
+        plan_votes, next_votes, end_vote = self._knn(qs, history)
+        if plan_votes:
+            extra.append(np.fromiter(plan_votes, dtype=np.int64, count=len(plan_votes)))
         cands = qs.candidates
         if extra:
             more = np.concatenate(extra)
@@ -472,6 +528,11 @@ class HybridRetriever(ToolRetriever):
                 )
         x[n_c, _F["end_n_calls"]] = np.log1p(len(history))
         x[n_c, _F["end_first_step"]] = float(not history)
+        x[n_c, _F["end_knn"]] = end_vote
+        for votes, col in ((plan_votes, _F["knn_plan"]), (next_votes, _F["knn_next"])):
+            for t, v in votes.items():
+                if t in pos and t != end:
+                    x[pos[t], col] = v
         return labels, x
 
     # ------------------------------------------------------------------------------ scoring
@@ -509,6 +570,9 @@ class HybridRetriever(ToolRetriever):
         arrays: dict[str, np.ndarray] = {
             "weights": self.weights_,
             "tool_counts": self.tool_counts_,
+            "knn_queries": self.knn_queries_,
+            "knn_plan_labels": np.concatenate([*self.knn_plans_, np.zeros(0, dtype=np.int64)]),
+            "knn_plan_lengths": np.array([len(p) for p in self.knn_plans_], dtype=np.int64),
             **{f"index/{k}": v for k, v in index_arrays.items()},
         }
         for name, part in (("chains", self.chains_), ("linear", self.linear_)):
@@ -526,6 +590,9 @@ class HybridRetriever(ToolRetriever):
             self.cv_ = dict(state["cv"])
             self.weights_ = np.asarray(arrays["weights"], dtype=np.float64)
             self.tool_counts_ = np.asarray(arrays["tool_counts"], dtype=np.float64)
+            self.knn_queries_ = np.asarray(arrays["knn_queries"], dtype=np.float32)
+            flat = np.asarray(arrays["knn_plan_labels"], dtype=np.int64)
+            lengths = np.asarray(arrays["knn_plan_lengths"], dtype=np.int64)
             index_cfg = state["index"]
         except (KeyError, TypeError) as exc:
             raise ModelLoadError(f"corrupt hybrid state: missing or bad {exc}") from exc
@@ -536,6 +603,13 @@ class HybridRetriever(ToolRetriever):
             )
         if self.tool_counts_.shape != (len(self.labels_),):
             raise ModelLoadError("corrupt hybrid state: tool_counts does not match the catalogue")
+        if (
+            int(lengths.sum()) != len(flat)
+            or len(lengths) != len(self.knn_queries_)
+            or (len(flat) and (flat.min() < 0 or flat.max() >= len(self.labels_) - 1))
+        ):
+            raise ModelLoadError("corrupt hybrid state: the demonstrations' plans are inconsistent")
+        self.knn_plans_ = list(np.split(flat, np.cumsum(lengths)[:-1])) if len(lengths) else []
         assert self.tool_embeddings_ is not None
         self.bm25_ = BM25Retriever()
         self._restore_part(self.bm25_, self.fit_tools_, {"vocabulary_size": None}, {})
