@@ -268,3 +268,13 @@ def test_turn_cap_holds_on_the_server_side_and_async_path() -> None:
         plan = asyncio.run(ChatPlanner(chat, max_turns=5).aplan("r", fake_search))
         assert len(server.requests) == 5  # never more chat calls than the cap
     assert plan.stopped == "turn_cap" and len(plan.queries) == 4
+
+
+def test_langchain_chat_model_plans_sync_and_async() -> None:
+    fake_chat = pytest.importorskip("langchain_core.language_models.fake_chat_models")
+    answers = [PLAN_TEXT, "hotel search", "<stop_retrieval>"]
+    plan = ChatPlanner(fake_chat.FakeListChatModel(responses=answers)).plan("r", fake_search)
+    assert plan.queries == ("hotel search",) and plan.stopped == "stop_retrieval"
+    model = fake_chat.FakeListChatModel(responses=answers)
+    aplan = asyncio.run(ChatPlanner(model).aplan("r", fake_search))
+    assert aplan == plan
