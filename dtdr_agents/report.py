@@ -19,9 +19,26 @@ BENCH_COLUMNS = (
     "recall@5",
     "ndcg@10",
     "completeness@10",
+    "tracc",
+    "size_error",
     "ms_per_step",
     "fit_s",
 )
+SET_COLUMNS = ("tracc", "size_error")
+"""Columns of set-valued datasets only (the recommended set's TRACC and size error); tables
+leave them out when no retriever has them."""
+
+
+def _shown(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [c for c in columns if c not in SET_COLUMNS or any(r.get(c) is not None for r in rows)]
+
+
+def _policies(entries: Mapping[str, Mapping[str, Any]]) -> str:
+    """The line naming each retriever's recommendation policy, or "" when none has one."""
+    found = [
+        f"{rid}: {e['recommend_policy']}" for rid, e in entries.items() if e.get("recommend_policy")
+    ]
+    return "Recommended sets (tracc, size_error): " + "; ".join(found) if found else ""
 
 
 def _cell(value: Any, column: str) -> str:
@@ -38,10 +55,11 @@ def _cell(value: Any, column: str) -> str:
 
 def format_table(results: Mapping[str, EvalResult], columns: Sequence[str] = DEMO_COLUMNS) -> str:
     """A fixed-width text table, one row per retriever, in the given order."""
+    summaries = {rid: res.summary() for rid, res in results.items()}
+    columns = _shown(columns, list(summaries.values()))
     header = ["retriever", *columns]
     body: list[list[str]] = []
-    for rid, res in results.items():
-        summary = res.summary()
+    for rid, summary in summaries.items():
         body.append([rid, *(_cell(summary.get(c), c) for c in columns)])
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     lines = [
@@ -58,6 +76,9 @@ def format_table(results: Mapping[str, EvalResult], columns: Sequence[str] = DEM
                 for i, (c, w) in enumerate(zip(row, widths, strict=True))
             )
         )
+    policies = _policies(summaries)
+    if policies:
+        lines.append(policies)
     errors = [f"  {rid}: {res.error}" for rid, res in results.items() if res.error]
     if errors:
         lines.append("errors:")
@@ -67,6 +88,7 @@ def format_table(results: Mapping[str, EvalResult], columns: Sequence[str] = DEM
 
 def format_markdown(report: Mapping[str, Any], columns: Sequence[str] = BENCH_COLUMNS) -> str:
     """A Markdown table of a JSON report written by `build_report` (one row per retriever)."""
+    columns = _shown(columns, list(report["results"].values()))
     lines = [
         "| retriever | " + " | ".join(columns) + " |",
         "|---|" + "---:|" * len(columns),
@@ -76,6 +98,9 @@ def format_markdown(report: Mapping[str, Any], columns: Sequence[str] = BENCH_CO
         lines.append(f"| {rid} | " + " | ".join(cells) + " |")
     for rid, reason in (report.get("skipped") or {}).items():
         lines.append(f"| {rid} | skipped: {reason} |" + " |" * (len(columns) - 1))
+    policies = _policies(report["results"])
+    if policies:
+        lines.extend(["", policies])
     return "\n".join(lines)
 
 
@@ -104,6 +129,9 @@ def build_report(
         summary = res.summary()
         entry = {c: summary.get(c) for c in columns}
         entry["latency_ms"] = res.latency_ms
+        if res.recommend_policy is not None:
+            entry["recommend_policy"] = res.recommend_policy
+            entry["recommend_ms"] = res.recommend_ms
         if res.error:
             entry["error"] = res.error
         if breakdowns:

@@ -49,6 +49,7 @@ __all__ = [
     "DEFAULT_POLICY",
     "DEFAULT_RETRIEVER",
     "UNSET",
+    "AgentMode",
     "BindContext",
     "Binder",
     "BindingPolicy",
@@ -79,6 +80,8 @@ DEFAULT_POLICY = SelectionPolicy(k=5, threshold=0.0)
 """The agents' default selection: the 5 best tools the retriever gives any probability."""
 
 OnUnbound = Literal["reject", "allow", "raise"]
+AgentMode = MaskMode | Literal["set"]
+"""A mask mode, or ``"set"``: bind the request's recommended tool set once per turn."""
 """What happens to a call of a tool that was not bound, after the one wider re-selection:
 ``"reject"`` answers it with an error (the model can correct itself), ``"allow"`` runs it,
 ``"raise"`` raises `UnboundToolCallError`."""
@@ -454,7 +457,33 @@ def _bind_append(ctx: BindContext) -> tuple[str, ...]:
     return (*bound, *new)
 
 
-BINDERS: dict[str, Binder] = {"off": _bind_selection, "append": _bind_append}
+def _bind_set(ctx: BindContext) -> tuple[str, ...]:
+    """``cache="set"`` (``mode="set"``): the request's recommended tool set, bound once.
+
+    The set is `ToolRetriever.recommend` (a learned size or PTR's stages) and stays bound for
+    the whole turn. It is recommended again (with the calls so far, which stay in it) when the
+    model called a tool outside it (a widening re-selection, or an allowed unbound call), or
+    when the next-step ranking has moved on: none of the step's selected tools is in the set.
+    An out-of-distribution request binds every tool.
+    """
+    prev = ctx.previous
+    if prev is not None:
+        bound = set(prev.bound)
+        widening = ctx.history == prev.history  # the model strayed at this very step
+        outside = any(h not in bound for h in ctx.history)
+        moved_on = bool(ctx.selected) and not bound & set(ctx.selected)
+        if not (widening or outside or moved_on):
+            return prev.bound
+    rec = ctx.retriever.recommend(ctx.query, ctx.history, ignore_unknown=True)
+    if rec.fallback:
+        return tuple(ctx.catalogue.names)
+    names = [n for n in rec.names if ctx.catalogue.has(n)]
+    if prev is not None and ctx.history == prev.history:  # widening: keep the wider selection
+        names += [n for n in (*prev.bound, *ctx.selected) if n not in names]
+    return tuple(names)
+
+
+BINDERS: dict[str, Binder] = {"off": _bind_selection, "append": _bind_append, "set": _bind_set}
 """Binding strategies by name (the values of `BindingPolicy.cache`)."""
 
 
@@ -474,13 +503,14 @@ def resolve_policies(
     binding: BindingPolicy | None = None,
     *,
     k: int | Unset | None = UNSET,
-    mode: MaskMode | None = None,
+    mode: AgentMode | None = None,
     cache: str | None = None,
 ) -> tuple[SelectionPolicy, BindingPolicy]:
     """The policies of an agent from its `policy` / `binding` objects and shorthand keywords.
 
     `k` sets ``policy.k``; `mode` and `cache` set the same fields of `binding`. A shorthand
-    that contradicts the object given alongside it is an error.
+    that contradicts the object given alongside it is an error. ``mode="set"`` is the hard
+    mode with ``cache="set"``: the request's recommended tool set is bound once per turn.
 
     Raises:
         ValueError: A contradiction, or an invalid value.
@@ -495,6 +525,12 @@ def resolve_policies(
             raise ValueError(f"k={k} contradicts policy.k={policy.k}: pass one of them")
         sel = dataclasses.replace(sel, k=k)
     bind = binding or BindingPolicy()
+    if mode == "set":
+        if cache not in (None, "set"):
+            raise ValueError(
+                f"mode='set' binds the recommended set; it contradicts cache={cache!r}"
+            )
+        mode, cache = "hard", "set"
     if mode is not None:
         if binding is not None and binding.mode != mode:
             raise ValueError(f"mode={mode!r} contradicts binding.mode={binding.mode!r}")

@@ -77,7 +77,7 @@ def test_offline_recommendation_is_the_bundle_and_says_stage_2_was_skipped(ptr) 
     assert rec.by_stage("bundle")
     assert rec.explanation["stage2"] == "skipped: no chat model (offline path)"
     assert "bundle of demonstration d0-" in rec.explanation["stage1"]
-    assert rec.policy.startswith("ptr: learned set size (2")
+    assert rec.policy.startswith("learned set size (2")
     assert all(0.0 <= p <= 1.0 for p in rec.probabilities)
     assert "stage 1" in rec.why[rec.by_stage("bundle")[0]]
 
@@ -150,7 +150,7 @@ def test_stage_2_and_3_with_a_scripted_chat_model() -> None:
     added = rec.by_stage("rerank")
     assert len(added) == 1 and added[0] != "WeatherTool"
     assert "partial solving" in rec.explanation["stage2"]
-    assert rec.policy == "ptr: chat-model coverage mapping decides the size"
+    assert rec.policy == "chat-model coverage mapping decides the size"
     assert chat.calls == 3
 
 
@@ -169,7 +169,7 @@ def test_unusable_answers_fall_back_to_the_offline_path(answers: list[Any], why:
     assert set(rec.names) == {"WeatherTool", "HotelTool"}
     assert "offline path used" in rec.explanation["stage2"]
     assert why in rec.explanation["stage2"]
-    assert rec.policy.startswith("ptr: learned set size")
+    assert rec.policy.startswith("learned set size")
 
 
 # -------------------------------------------------------------------------- ablations

@@ -248,3 +248,31 @@ def test_evaluate_scores_the_recommended_set_on_set_valued_data() -> None:
     assert set(summary["recommend_ms"]) == {"p50", "p99", "mean"}
     sequential = evaluate(model, demos)
     assert "tracc" not in sequential.metrics and sequential.recommend_policy is None
+
+
+def test_bench_report_shows_tracc_only_for_set_valued_results() -> None:
+    from dtdr_agents.evaluation import EvalResult
+    from dtdr_agents.report import BENCH_COLUMNS, build_report, format_markdown, format_table
+
+    with_set = EvalResult(
+        "ptr",
+        metrics={"mrr": 0.9, "tracc": 0.7, "size_error": 0.5},
+        recommend_policy="learned set size",
+        recommend_ms={"p50": 0.3, "p99": 0.5, "mean": 0.3},
+    )
+    report = build_report(
+        dataset="rectools",
+        n_train=1,
+        n_test=1,
+        encoder="e",
+        results={"ptr": with_set},
+        columns=BENCH_COLUMNS,
+    )
+    entry = report["results"]["ptr"]
+    assert entry["tracc"] == 0.7 and entry["size_error"] == 0.5
+    assert entry["recommend_policy"] == "learned set size"
+    table = format_markdown(report)
+    assert "| tracc | size_error |" in table and "ptr: learned set size" in table
+    assert "tracc" in format_table({"ptr": with_set}, BENCH_COLUMNS)
+    plain = {"qts": EvalResult("qts", metrics={"mrr": 0.5})}
+    assert "tracc" not in format_table(plain, BENCH_COLUMNS)

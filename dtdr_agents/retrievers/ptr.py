@@ -313,7 +313,7 @@ class PTRRecommender(CompositeRetriever):
                 (),
                 fallback=True,
                 reason=f"{reason}; no similar bundle either",
-                policy="ptr",
+                policy="learned set size",
                 explanation=notes,
             )
         size_dist = self.size_model_.predict_proba_from_sims(sims)[0]
@@ -332,9 +332,9 @@ class PTRRecommender(CompositeRetriever):
             notes["stage2"] = "skipped: no chat model (offline path)"
         else:
             notes["stage2"] = "off" if not self.use_coverage else "skipped: no bundle"
-        policy = "ptr: chat-model coverage mapping decides the size"
+        policy = "chat-model coverage mapping decides the size"
         if not llm_done:
-            policy = f"ptr: learned set size ({n_hat}, P={size_dist[n_hat]:.2f})"
+            policy = f"learned set size ({n_hat}, P={size_dist[n_hat]:.2f})"
             self._offline_path(bundle, score_of, n_hat, chosen, notes)
         names = [n for n in chosen if self.tools_.has(n)]
         if not names:  # never empty in distribution: the best-scored tool at least

@@ -34,9 +34,10 @@ from langchain_core.messages import SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.types import Command
 
-from dtdr_agents.prompting import MaskMode, TokenCounter
+from dtdr_agents.prompting import TokenCounter
 from dtdr_agents.runtime import (
     UNSET,
+    AgentMode,
     BindingPolicy,
     OnUnbound,
     StepRecord,
@@ -96,7 +97,8 @@ class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
         policy: The `SelectionPolicy` (default `dtdr_agents.runtime.DEFAULT_POLICY`).
         binding: The `BindingPolicy`: mask mode, cache-stable binding, the one wider
             re-selection, calls of unbound tools.
-        mode: Shorthand for ``binding.mode``.
+        mode: Shorthand for ``binding.mode``, or ``"set"``: bind the request's recommended
+            tool set once per turn (see `dtdr_agents.runtime.resolve_policies`).
         cache: Shorthand for ``binding.cache`` (``"append"``: the bound list only grows
             within a turn, so prompt caches keep their prefix).
         token_counter: Token counter for the prompt figures.
@@ -115,7 +117,7 @@ class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
         k: int | Unset | None = UNSET,
         policy: SelectionPolicy | None = None,
         binding: BindingPolicy | None = None,
-        mode: MaskMode | None = None,
+        mode: AgentMode | None = None,
         cache: str | None = None,
         token_counter: TokenCounter | None = None,
     ) -> None:

@@ -33,10 +33,11 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from dtdr_agents.prompting import MaskMode, TokenCounter
+from dtdr_agents.prompting import TokenCounter
 from dtdr_agents.recording import DemonstrationRecorder
 from dtdr_agents.runtime import (
     UNSET,
+    AgentMode,
     BindingPolicy,
     OnUnbound,
     StepRecord,
@@ -302,7 +303,7 @@ def create_dtdr_agent(
     k: int | Unset | None = UNSET,
     policy: SelectionPolicy | None = None,
     binding: BindingPolicy | None = None,
-    mode: MaskMode | None = None,
+    mode: AgentMode | None = None,
     cache: str | None = None,
     system_prompt: str | None = None,
     recorder: DemonstrationRecorder | None = None,
@@ -333,7 +334,9 @@ def create_dtdr_agent(
             re-selection, what happens to calls of unbound tools (``on_unbound``,
             ``max_rejections``), unknown history names.
         mode: Shorthand for ``binding.mode``: ``"hard"``, ``"hard_weighted"``, ``"soft"`` or
-            ``"soft_weighted"`` (DTDR paper, §5).
+            ``"soft_weighted"`` (DTDR paper, §5), or ``"set"``: bind the request's
+            recommended tool set (`ToolRetriever.recommend`) once per turn, re-recommended when
+            the model calls a tool outside it or the next-step ranking has moved on.
         cache: Shorthand for ``binding.cache``: ``"append"`` only grows the bound list within
             a turn (first-bound order, capped by ``binding.cache_cap``), so each request's
             tools array starts with the previous one's; ``"off"`` binds each selection.
