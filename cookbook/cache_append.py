@@ -32,6 +32,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
     parser.add_argument("--encoder", default="default", help="default (MiniLM) or tfidf")
     parser.add_argument("-k", type=int, default=5)
     parser.add_argument("--caps", default="10,15", help="cache caps of the append rows")
+    parser.add_argument(
+        "--threshold",
+        default="0",
+        help="selection threshold: 0 (the agents' default: drop zero-probability tools) or none",
+    )
     parser.add_argument("--limit", type=int, default=None, help="replay at most N test plans")
     args = parser.parse_args(argv)
 
@@ -41,7 +46,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
     fit_s = time.perf_counter() - start
     demos = test.demos[: args.limit] if args.limit else test.demos
     counter = get_token_counter()
-    policy = SelectionPolicy(k=args.k, threshold=0.0)
+    threshold = None if args.threshold.lower() == "none" else float(args.threshold)
+    policy = SelectionPolicy(k=args.k, threshold=threshold)
     settings = [("hard", BindingPolicy())] + [
         (f"append cap={cap}", BindingPolicy(cache="append", cache_cap=int(cap)))
         for cap in args.caps.split(",")
@@ -50,7 +56,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
     print(
         f"{args.dataset}: {len(train.demos)} train / {len(demos)} replayed plans, "
         f"{len(train.tools)} tools, retriever {args.retriever} ({args.encoder}, "
-        f"fit {fit_s:.1f} s), k={args.k}, tokens: {counter.name}; "
+        f"fit {fit_s:.1f} s), k={args.k}, threshold={threshold}, tokens: {counter.name}; "
         "scripted plan-following model (no LLM)"
     )
     header = (

@@ -8,47 +8,34 @@ cap. Also the offline replay of plans (`dtdr_agents.replay`) and its figures.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
-from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain.agents import create_agent
 from langchain_core.tools import BaseTool
 from langchain_openai import ChatOpenAI
-from openai_server import OpenAIChatServer, history_of, plan_responder, tool_names
+from loopback import demo, no_proxies, server
+from openai_server import OpenAIChatServer, history_of, tool_names
 
 from dtdr_agents.replay import replay_plans
 from dtdr_agents.runtime import BindingPolicy, StepSelector, run_report
 from dtdr_agents.selection import SelectionPolicy, select
 from langchain_dtdr import DTDRMiddleware
-from langchain_dtdr.testing import DemoSetup, demo_setup, langchain_tools
+from langchain_dtdr.testing import DemoSetup, langchain_tools
 from langgraph_dtdr import create_dtdr_agent
 
 K = 3
-
-
-@pytest.fixture(scope="module")
-def demo() -> DemoSetup:
-    return demo_setup("dtdr-c")
+COOKBOOK = Path(__file__).resolve().parents[1] / "cookbook"
+pytestmark = pytest.mark.usefixtures("no_proxies")
+FIXTURES = (demo, no_proxies, server)  # shared fixtures (tests/loopback.py)
 
 
 @pytest.fixture(scope="module")
 def tools(demo: DemoSetup) -> list[BaseTool]:
     return langchain_tools(demo.tools)
-
-
-@pytest.fixture(autouse=True)
-def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-
-
-@pytest.fixture
-def server(demo: DemoSetup) -> Iterator[OpenAIChatServer]:
-    with OpenAIChatServer(plan_responder(demo.plans(), demo.args_for)) as srv:
-        yield srv
 
 
 def chat(server: OpenAIChatServer) -> ChatOpenAI:
@@ -177,3 +164,25 @@ def test_replay_compares_hard_and_append(demo: DemoSetup) -> None:
     assert append.bound_tokens_per_call > hard.bound_tokens_per_call  # the price of the prefix
     assert append.recall is not None and hard.recall is not None
     assert append.recall >= hard.recall  # earlier tools stay bound
+
+
+@pytest.mark.slow
+@pytest.mark.datasets
+def test_cookbook_table_on_taskbench(
+    shared_datasets: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = shared_datasets / "taskbench_hf_subset"
+    if not path.is_dir():
+        pytest.skip(f"{path} not found")
+    spec = importlib.util.spec_from_file_location(
+        "cookbook_cache_append", COOKBOOK / "cache_append.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = module.main(["--path", str(path), "--encoder", "tfidf", "--limit", "30", "--caps", "10"])
+    assert [r["binding"] for r in rows] == ["hard", "append cap=10"]
+    hard, append = rows
+    assert append["prefix_reuse"] > hard["prefix_reuse"]
+    assert append["bound_tokens_per_call"] > hard["bound_tokens_per_call"]
+    assert "scripted plan-following model (no LLM)" in capsys.readouterr().out

@@ -9,7 +9,6 @@ the retriever selects for that step, computed independently with the core `rank`
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -17,37 +16,22 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.tools import BaseTool
 from langchain_openai import ChatOpenAI
-from openai_server import OpenAIChatServer, history_of, plan_responder, tool_names
+from loopback import demo, no_proxies, server
+from openai_server import OpenAIChatServer, history_of, tool_names
 
 from dtdr_agents.selection import SelectionPolicy, select
 from langchain_dtdr import DTDRMiddleware
-from langchain_dtdr.testing import DemoSetup, demo_setup, langchain_tools
+from langchain_dtdr.testing import DemoSetup, langchain_tools
 from langgraph_dtdr import create_dtdr_agent
 
 K = 3
-
-
-@pytest.fixture(scope="module")
-def demo() -> DemoSetup:
-    return demo_setup("dtdr-c")
+pytestmark = pytest.mark.usefixtures("no_proxies")
+FIXTURES = (demo, no_proxies, server)  # shared fixtures (tests/loopback.py)
 
 
 @pytest.fixture(scope="module")
 def tools(demo: DemoSetup) -> list[BaseTool]:
     return langchain_tools(demo.tools)
-
-
-@pytest.fixture(autouse=True)
-def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-
-
-@pytest.fixture
-def server(demo: DemoSetup) -> Iterator[OpenAIChatServer]:
-    with OpenAIChatServer(plan_responder(demo.plans(), demo.args_for)) as srv:
-        yield srv
 
 
 def expected_tools(demo: DemoSetup, query: str, history: list[str]) -> list[str]:

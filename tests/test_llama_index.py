@@ -8,7 +8,6 @@ independently with the core `rank` + `select`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,39 +18,24 @@ pytest.importorskip("llama_index.llms.openai_like")
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.tools import FunctionTool
 from llama_index.llms.openai_like import OpenAILike
-from openai_server import OpenAIChatServer, history_of, plan_responder, tool_names
+from loopback import demo, no_proxies, server
+from openai_server import OpenAIChatServer, history_of, tool_names
 
 from dtdr_agents.errors import InvalidToolError
 from dtdr_agents.runtime import BindingPolicy, CatalogueMismatchError, run_report
 from dtdr_agents.selection import SelectionPolicy, select
-from langchain_dtdr.testing import DemoSetup, demo_setup
+from langchain_dtdr.testing import DemoSetup
 from llama_index_dtdr import RECORDS_KEY, DTDRFunctionAgent, DTDRObjectRetriever
 from llama_index_dtdr.testing import llama_tools
 
 K = 3
-
-
-@pytest.fixture(scope="module")
-def demo() -> DemoSetup:
-    return demo_setup("dtdr-c")
+pytestmark = pytest.mark.usefixtures("no_proxies")
+FIXTURES = (demo, no_proxies, server)  # shared fixtures (tests/loopback.py)
 
 
 @pytest.fixture(scope="module")
 def tools(demo: DemoSetup) -> list[FunctionTool]:
     return llama_tools(demo.tools)
-
-
-@pytest.fixture(autouse=True)
-def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-
-
-@pytest.fixture
-def server(demo: DemoSetup) -> Iterator[OpenAIChatServer]:
-    with OpenAIChatServer(plan_responder(demo.plans(), demo.args_for)) as srv:
-        yield srv
 
 
 def llm(server: OpenAIChatServer) -> OpenAILike:
