@@ -226,3 +226,42 @@ def test_stage_2_through_the_loopback_openai_server() -> None:
     assert rec.stages["WeatherTool"] == "coverage"
     assert rec.by_stage("rerank") == ("FlightTool",)
     assert "HotelTool" not in rec.names
+
+
+# ---------------------------------------------------------------- recommendation bench
+def test_recommend_bench_scores_ablations_and_calibration() -> None:
+    from dtdr_agents.recommend.bench import format_scores, ptr_protocol_split, run_recommend_bench
+
+    demos = _demos()
+    train, test = ptr_protocol_split(demos, n_test=8)
+    assert test == demos[:8] and train == demos[8:]
+    with pytest.raises(ValueError, match="n_test"):
+        ptr_protocol_split(demos, n_test=len(demos))
+    scores = run_recommend_bench(
+        train, test, Toolset(TOOLS), ["ptr:qts", "qts"], ablations=True, encoder="tfidf"
+    )
+    names = [s.retriever for s in scores]
+    assert names == [
+        "ptr:qts",
+        "ptr:qts w/o stage 1",
+        "ptr:qts w/o stage 2",
+        "ptr:qts w/o stage 3",
+        "qts",
+    ]
+    ptr_score = scores[0]
+    assert ptr_score.tracc > scores[-1].tracc  # a learned size beats the fixed top-5
+    assert 0.0 <= ptr_score.tracc <= 1.0 and ptr_score.n == 8
+    assert [c["target"] for c in ptr_score.calibration] == [0.5, 0.8, 0.9, 0.95]
+    assert scores[-1].calibration == [] and scores[-1].policy == "SelectionPolicy(k=5)"
+    assert set(ptr_score.latency_ms) == {"p50", "p99", "mean"}
+    table = format_scores(scores)
+    assert "| ptr:qts w/o stage 3 |" in table and "set-size calibration of ptr:qts" in table
+
+
+def test_recommend_bench_command_is_registered() -> None:
+    from dtdr_agents.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["recommend-bench", "--dataset", "rectools", "--path", "x", "--protocol", "ptr"]
+    )
+    assert args.protocol == "ptr" and args.retrievers == "ptr"

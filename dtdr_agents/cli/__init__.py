@@ -23,6 +23,7 @@ GROUPS = (
     "dtdr_agents.cli.e2e",  # e2e (end-to-end function calling)
     "dtdr_agents.cli.mcp",  # mcp-proxy (history-aware MCP proxy)
     "dtdr_agents.cli.planning",  # toolqp-speed (ToolQP planning overhead)
+    "dtdr_agents.cli.recommend",  # recommend-bench (tool sets: TRACC, size, calibration)
 )
 """Modules that add commands, in help order."""
 

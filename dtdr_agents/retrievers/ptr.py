@@ -253,6 +253,13 @@ class PTRRecommender(CompositeRetriever):
         out: np.ndarray = vec / max(float(np.linalg.norm(vec)), 1e-12)
         return out
 
+    def size_distribution(self, query: str) -> np.ndarray:
+        """P(|A| = n) for n = 0, 1, ..., the largest demonstrated set (the learned set size)."""
+        self._check_fitted()
+        sims = self.demo_vectors_ @ self._query_vec(query)
+        dist: np.ndarray = self.size_model_.predict_proba_from_sims(sims)[0]
+        return dist
+
     # ------------------------------------------------------------------------------ ranking
     def _score(self, query: str, history: tuple[str, ...]) -> Scores:
         ranking, _, _, scores = self._evidence(query)
