@@ -432,3 +432,55 @@ def test_weighted_and_raw_demo_payloads(split: tuple[Dataset, Dataset]) -> None:
         for r in built.requests
     }
     assert len(examples) == 2
+
+
+def test_lim_asks_the_same_endpoint_and_is_skipped_when_it_fails(
+    split: tuple[Dataset, Dataset], policy: Policy
+) -> None:
+    train, test = split
+
+    def responder(body: dict[str, Any]) -> dict[str, Any]:
+        if not body.get("tools"):  # Less-is-More asks for the ideal tools, in text
+            return {"content": '{"tools": [{"name": "t", "description": "translate text"}]}'}
+        return policy(body)
+
+    with OpenAIChatServer(responder) as srv:
+        chat = chat_for(srv)
+        built = prepare_e2e(
+            train,
+            test,
+            ["lim"],
+            ["hard"],
+            encoder=get_encoder("tfidf"),
+            k=1,
+            counter=get_token_counter("approx"),
+            chat_model=chat,
+        )
+        asked = [b for b in srv.requests if not b.get("tools")]
+        assert len(asked) == 2  # one ideal-tools question per test request (memoised)
+        assert built.cells == [("lim", "hard")] and len(built.requests) == 6
+        report = run_e2e(built, chat)
+    assert report["results"][0]["n_answered"] == 6
+
+    down = OpenAIChat("m", base_url="http://127.0.0.1:9/v1", retry=NO_RETRY)
+    skipped = prepare_e2e(
+        train,
+        test,
+        ["none", "lim"],
+        ["no_icl", "hard"],
+        encoder=get_encoder("tfidf"),
+        counter=get_token_counter("approx"),
+        chat_model=down,
+    )
+    assert "ranking failed" in skipped.skipped["lim"]
+    assert skipped.cells == [("none", "no_icl")]
+    assert {r.retriever for r in skipped.requests} == {"none"}
+    without = prepare_e2e(
+        train,
+        test,
+        ["lim"],
+        ["hard"],
+        encoder=get_encoder("tfidf"),
+        counter=get_token_counter("approx"),
+    )
+    assert "chat model" in without.skipped["lim"] and without.requests == []

@@ -91,6 +91,8 @@ def test_e2e_is_a_registered_command(capsys: pytest.CaptureFixture[str]) -> None
 def test_bad_mode_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main([*BASE, "--modes", "medium", "--dry-run"]) == 2
     assert "unknown mode 'medium'" in capsys.readouterr().err
+    assert cli.main([*BASE, "--retrievers", "lim", "--modes", "hard", "--dry-run"]) == 2
+    assert "no retriever could run (lim:" in capsys.readouterr().err
 
 
 def test_run_writes_json_plot_and_report_reads_it(

@@ -85,6 +85,19 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         f"{len(train.tools)} tools, encoder {encoder.id}",
         file=sys.stderr,
     )
+    chat = None
+    if not args.dry_run:
+        from dtdr_agents.chat import OpenAIChat
+        from dtdr_agents.retry import RetryPolicy
+
+        chat = OpenAIChat(
+            args.model,
+            base_url=args.base_url,
+            api_key=args.api_key,
+            temperature=args.temperature,
+            max_tokens=args.max_tokens,
+            retry=RetryPolicy(max_retries=args.max_retries, timeout=args.timeout),
+        )
     try:
         counter = get_token_counter(args.tokens)
         plan = prepare_e2e(
@@ -96,10 +109,14 @@ def cmd_e2e(args: argparse.Namespace) -> int:
             seed=args.seed,
             k=args.k,
             counter=counter,
+            chat_model=chat,  # for lim (Less-is-More asks the same model for ideal tools)
             log=lambda msg: print(msg, file=sys.stderr),
         )
     except (ValueError, EncoderUnavailableError) as exc:
         raise CLIError(str(exc)) from exc
+    if not plan.cells:
+        reasons = "; ".join(f"{rid}: {why}" for rid, why in plan.skipped.items())
+        raise CLIError(f"no retriever could run ({reasons})")
     cache_path = _step_cache_path(args, train.name)
     cache = StepCache(cache_path) if cache_path is not None else None
     if cache is not None and cache.skipped_lines:
@@ -107,21 +124,11 @@ def cmd_e2e(args: argparse.Namespace) -> int:
             f"step cache {cache_path}: skipped {cache.skipped_lines} unreadable line(s)",
             file=sys.stderr,
         )
-    if args.dry_run:
+    if chat is None:
         report = dry_run_report(plan, model=args.model, cache=cache)
     else:
-        from dtdr_agents.chat import OpenAIChat
         from dtdr_agents.progress import progress_bar
-        from dtdr_agents.retry import RetryPolicy
 
-        chat = OpenAIChat(
-            args.model,
-            base_url=args.base_url,
-            api_key=args.api_key,
-            temperature=args.temperature,
-            max_tokens=args.max_tokens,
-            retry=RetryPolicy(max_retries=args.max_retries, timeout=args.timeout),
-        )
         if cache is not None:
             print(f"step cache {cache_path} ({len(cache)} steps cached)", file=sys.stderr)
         try:

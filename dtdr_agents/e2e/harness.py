@@ -77,6 +77,7 @@ def prepare_e2e(
     seed: int = 0,
     k: int = 5,
     counter: TokenCounter | None = None,
+    chat_model: Any = None,
     log: Any = None,
 ) -> E2EPlan:
     """Fit the retrievers on `train` and build every request of the run (no network).
@@ -90,6 +91,8 @@ def prepare_e2e(
         seed: Seed of the retrievers and of the example demonstrations.
         k: Retrieved tools kept per step (top-k).
         counter: Token counter (default: `get_token_counter()`).
+        chat_model: A chat model for retrievers that need one (``lim``); without it they are
+            skipped with the reason.
         log: Called with progress messages (e.g. `print`), or None.
 
     Returns:
@@ -113,7 +116,9 @@ def prepare_e2e(
         if rid == NO_RETRIEVER:
             fitted[rid] = None
             continue
-        retriever, reason = build_retriever(rid, encoder=encoder, seed=seed, dataset=train)
+        retriever, reason = build_retriever(
+            rid, encoder=encoder, seed=seed, dataset=train, chat_model=chat_model
+        )
         if retriever is None:
             skipped[rid] = reason or "unavailable"
             if log:
@@ -130,14 +135,22 @@ def prepare_e2e(
         policy=SelectionPolicy(k=k),
         seed=seed,
     )
-    requests = builder.requests(fitted, modes)
+    requests: list[StepRequest] = []
+    for rid, retriever in fitted.items():
+        wanted = [m for r, m in pairs if r == rid]
+        try:
+            requests.extend(builder.requests_for(rid, retriever, wanted))
+        except Exception as exc:  # e.g. lim's chat model failing: skip this retriever only
+            skipped[rid] = f"ranking failed: {type(exc).__name__}: {exc}"[:300]
+            if log:
+                log(f"skipping {rid}: {skipped[rid]}")
     return E2EPlan(
         dataset=train.name,
         n_train=len(train.demos),
         n_test=len(test.demos),
         builder=builder,
         requests=requests,
-        cells=[p for p in pairs if p[0] in fitted],
+        cells=[p for p in pairs if p[0] in fitted and p[0] not in skipped],
         skipped=skipped,
         encoder=encoder.id,
         seed=seed,

@@ -382,14 +382,18 @@ class ProtocolBuilder:
         out: list[StepRequest] = []
         pairs = cells(list(retrievers), modes)
         for rid in dict.fromkeys(r for r, _ in pairs):
-            retriever = retrievers.get(rid)
             wanted = [m for r, m in pairs if r == rid]
-            for step in self.steps:
-                retrieved = None
-                if retriever is not None:
-                    retrieved = self.retrieve(retriever, step)
-                for mode in wanted:
-                    out.append(self.request(rid, mode, step, retrieved))
+            out.extend(self.requests_for(rid, retrievers.get(rid), wanted))
+        return out
+
+    def requests_for(
+        self, retriever_id: str, retriever: ToolRetriever | None, modes: Sequence[str]
+    ) -> list[StepRequest]:
+        """The requests of one retriever (None for `no_icl`) in `modes`, step by step."""
+        out: list[StepRequest] = []
+        for step in self.steps:
+            retrieved = None if retriever is None else self.retrieve(retriever, step)
+            out.extend(self.request(retriever_id, mode, step, retrieved) for mode in modes)
         return out
 
 
