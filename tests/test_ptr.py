@@ -265,3 +265,18 @@ def test_recommend_bench_command_is_registered() -> None:
         ["recommend-bench", "--dataset", "rectools", "--path", "x", "--protocol", "ptr"]
     )
     assert args.protocol == "ptr" and args.retrievers == "ptr"
+
+
+def test_save_load_round_trip_of_ptr_qts(ptr, tmp_path) -> None:
+    path = ptr.save(tmp_path / "ptr")
+    assert (path / "base" / "manifest.json").is_file()  # the base, nested
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert "chat_model" not in manifest["params"] and manifest["runtime_params"] == ["chat_model"]
+    chat = ScriptedChat([])
+    loaded = PTRRecommender.load(path, params={"chat_model": chat})
+    assert loaded.chat_model is chat and type(loaded.fitted_base()) is QTSRetriever
+    for query in ("weather forecast and a hotel room in berlin", "stock price of oslo"):
+        a, b = ptr.recommend(query), loaded.recommend(query, ())
+        assert a.names == b.names and a.stages == b.stages
+        assert "offline path used" in b.explanation["stage2"]  # the empty script fails
+        np.testing.assert_allclose(a.probabilities, b.probabilities, atol=1e-6)
