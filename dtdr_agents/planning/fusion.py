@@ -47,8 +47,10 @@ def peak_rank_fusion(ranks: np.ndarray) -> np.ndarray:
     peak = arr.min(axis=0)
     first = np.argmax(arr == peak, axis=0)  # the earliest list reaching the peak
     second = np.partition(arr, 1, axis=0)[1] if arr.shape[0] > 1 else peak
-    index = np.arange(arr.shape[1])
-    order: np.ndarray = np.lexsort((index, second, first, peak))
+    # one integer key (peak, first list, second-best), then a stable sort: catalogue order last
+    n_lists = arr.shape[0]
+    key = (peak.astype(np.int64) * n_lists + first) * (int(arr.max()) + 1) + second
+    order: np.ndarray = np.argsort(key, kind="stable")
     return order
 
 
