@@ -211,3 +211,26 @@ async def test_a_slow_or_dying_upstream_is_reported(
                 await client.call("get_weather", {"city": "Oslo"})
             with pytest.raises(MCPError, match=r"closed the connection|is gone"):
                 await client.names()  # the proxy stays up and keeps saying why
+
+
+async def test_a_2026_client_gets_changes_on_its_listen_stream(
+    model: tuple[Path, Path, list[Demonstration]], core: ToolRetriever
+) -> None:
+    """`mcp.Client` negotiates the 2026-07-28 protocol; list changes travel on listen streams."""
+    from mcp import Client
+
+    model_dir, tools_file, tests = model
+    request = tests[0]
+    argv = ["-m", "mcp_dtdr", "--model", str(model_dir), "-k", str(K), "--"]
+    argv += [sys.executable, str(UPSTREAM), "--tools", str(tools_file)]
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "PYTHONPATH")}
+    params = StdioServerParameters(command=sys.executable, args=argv, env=env)
+    with anyio.fail_after(BOUND):
+        async with Client(params, read_timeout_seconds=BOUND) as client:
+            assert client.protocol_version == "2026-07-28"
+            async with client.listen(tools_list_changed=True) as sub:
+                await client.call_tool("set_task", {"request": request.query})
+                event = await sub.__aiter__().__anext__()
+                assert type(event).__name__ == "ToolsListChanged"
+            names = [t.name for t in (await client.list_tools()).tools]
+            assert names == [*META, *expected(core, request.query, ())]

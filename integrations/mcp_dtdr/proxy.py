@@ -15,10 +15,10 @@ upstream that fails to start, dies, answers too slowly or lists duplicate tool n
 reported to the client as an MCP error naming the cause; every upstream request has a
 time-out.
 
-The change notification reaches clients that connected with the initialize handshake (the
-protocol versions up to 2025-11-25, what `ClientSession.initialize` negotiates). Clients of
-the 2026-07-28 protocol receive change notifications only on a ``subscriptions/listen``
-stream, which the proxy does not serve yet; they still see the new list on ``tools/list``.
+The change notification is sent on the connection to clients that connected with the
+initialize handshake (protocol versions up to 2025-11-25, what `ClientSession.initialize`
+negotiates), and published on ``subscriptions/listen`` streams for clients of the 2026-07-28
+protocol (where change notifications travel only on such streams).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
@@ -404,6 +405,8 @@ def build_server(upstream: Upstream, retriever: ToolRetriever | None, config: Pr
             upstream.session = None
             upstream.error = str(exc)
 
+    bus = InMemorySubscriptionBus()
+
     def live() -> ProxySession:
         upstream.check()
         assert session is not None
@@ -438,7 +441,8 @@ def build_server(upstream: Upstream, retriever: ToolRetriever | None, config: Pr
             await anyio.to_thread.run_sync(sess.record_call, params.name)
         if sess.exposed() != before:
             with contextlib.suppress(Exception):  # a client that cannot take it still polls
-                await ctx.session.send_tool_list_changed()
+                await ctx.session.send_tool_list_changed()  # handshake-era clients
+            await bus.publish(ToolsListChanged())  # 2026-07-28 clients' listen streams
         return result
 
     return Server(
@@ -449,6 +453,7 @@ def build_server(upstream: Upstream, retriever: ToolRetriever | None, config: Pr
         ),
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
+        on_subscriptions_listen=ListenHandler(bus),
     )
 
 
