@@ -290,6 +290,8 @@ def test_composite_ids_and_persistence_round_trip(tmp_path: Path) -> None:
     assert np.allclose(after.probabilities, before.probabilities)
     no_planner = load_retriever(folder)
     assert "no planner" in no_planner.rank(REQUEST).explanation["planner_fallback"]
+    no_planner.set_params(planner=planner)  # drops the cached fallback
+    assert no_planner.rank(REQUEST, ["hotel_search"]).ranked_names() == before.ranked_names()
 
 
 def test_missing_or_mismatched_base_folder_fails_to_load(tmp_path: Path) -> None:

@@ -179,6 +179,12 @@ class ToolQPRetriever(CompositeRetriever):
             self._plans_lock = threading.Lock()
         return cache, self._plans_lock
 
+    def set_params(self, **params: Any) -> Self:
+        """Set constructor arguments (e.g. a planner after `load`); cached plans are dropped."""
+        super().set_params(**params)
+        self.clear_plans()
+        return self
+
     def clear_plans(self) -> None:
         """Forget every cached plan."""
         cache, lock = self._cache()
