@@ -280,3 +280,10 @@ def test_save_load_round_trip_of_ptr_qts(ptr, tmp_path) -> None:
         assert a.names == b.names and a.stages == b.stages
         assert "offline path used" in b.explanation["stage2"]  # the empty script fails
         np.testing.assert_allclose(a.probabilities, b.probabilities, atol=1e-6)
+
+
+def test_set_size_is_the_learned_size(ptr) -> None:
+    assert ptr.set_size("stock price of berlin") == 1
+    assert ptr.set_size("flight ticket to berlin and a hotel room and the weather") == 3
+    dist = ptr.size_distribution("stock price of berlin")
+    assert dist.sum() == pytest.approx(1.0) and dist.argmax() == 1

@@ -260,6 +260,12 @@ class PTRRecommender(CompositeRetriever):
         dist: np.ndarray = self.size_model_.predict_proba_from_sims(sims)[0]
         return dist
 
+    def set_size(self, query: str) -> int:
+        """The learned set size: the most likely number of tools for `query` (>= 1)."""
+        dist = self.size_distribution(query).copy()
+        dist[0] = 0.0
+        return max(1, int(dist.argmax()))
+
     # ------------------------------------------------------------------------------ ranking
     def _score(self, query: str, history: tuple[str, ...]) -> Scores:
         ranking, _, _, scores = self._evidence(query)
