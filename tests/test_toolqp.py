@@ -96,6 +96,11 @@ def test_fusion_finds_every_sub_goals_tool_and_explains_it() -> None:
         t.name for t in base_only.top(2, include_end=False)
     }  # the request alone misses one
     assert abs(ranking.probabilities.sum() - 1.0) < 1e-9
+    # each sub-goal's first tool gets the same share (the lists' mean top-1 probability)
+    assert ranking.probability("hotel_search") == pytest.approx(
+        ranking.probability("flight_cancel"), rel=1e-6
+    )
+    assert ranking.probability("flight_cancel") > 10 * base_only.probability("flight_cancel")
     assert ranking.names[-1] == END_OF_PLAN
     assert ranking.explanation["sub_goals"] == list(PLAN.sub_goals)
     assert ranking.explanation["planner"] == "recorded plan"

@@ -54,6 +54,7 @@ class _PlanState:
 
     plan: Plan | None
     ranks: np.ndarray  # (n_queries, n_tools) 1-based ranks of each query's base ranking
+    shapes: np.ndarray  # (n_queries, n_tools) each list's tool probabilities, best first
     targets: tuple[int, ...]
     fallback_reason: str | None = None
 
@@ -70,6 +71,14 @@ def _ranks_of(order: np.ndarray) -> np.ndarray:
     ranks = np.empty(len(order), dtype=np.int32)
     ranks[order] = np.arange(1, len(order) + 1, dtype=np.int32)
     return ranks
+
+
+def _shape(ranking: Ranking, order: np.ndarray) -> np.ndarray:
+    """The tool probabilities of `ranking` in its order, summing to 1."""
+    values = np.asarray(ranking.probabilities, dtype=np.float64)[order]
+    total = values.sum()
+    out: np.ndarray = values / total if total > 0 else np.full(len(values), 1.0 / len(values))
+    return out
 
 
 def _tool_ranks(ranking: Ranking, n_tools: int) -> np.ndarray:
@@ -191,21 +200,26 @@ class ToolQPRetriever(CompositeRetriever):
         with lock:
             cache.clear()
 
-    def _searcher(self) -> tuple[dict[str, np.ndarray], Any]:
+    def _searcher(self) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], Any]:
         base = self.fitted_base()
         n_tools = len(self.tools_)
-        lists: dict[str, np.ndarray] = {}
+        lists: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
         def search(text: str) -> list[tuple[str, str]]:
-            order = _tool_order(base.rank(text, (), ignore_unknown=True), n_tools)
-            lists[text] = _ranks_of(order)
+            ranking = base.rank(text, (), ignore_unknown=True)
+            order = _tool_order(ranking, n_tools)
+            lists[text] = (_ranks_of(order), _shape(ranking, order))
             top = order[: self.feedback_k]
             return [(self.tools_[int(i)].name, self.tools_[int(i)].description) for i in top]
 
         return lists, search
 
     def _finish(
-        self, plan: Plan | None, lists: dict[str, np.ndarray], search: Any, reason: str | None
+        self,
+        plan: Plan | None,
+        lists: dict[str, tuple[np.ndarray, np.ndarray]],
+        search: Any,
+        reason: str | None,
     ) -> _PlanState:
         n_tools = len(self.tools_)
         if plan is not None:
@@ -214,11 +228,13 @@ class ToolQPRetriever(CompositeRetriever):
                 for text in plan.queries:
                     if text not in lists:
                         search(text)
-                ranks = np.stack([lists[text] for text in plan.queries])
-                return _PlanState(plan, ranks, plan.targets())
+                ranks = np.stack([lists[text][0] for text in plan.queries])
+                shapes = np.stack([lists[text][1] for text in plan.queries])
+                return _PlanState(plan, ranks, shapes, plan.targets())
             except Exception as exc:
                 reason = f"{type(exc).__name__}: {exc}"
-        return _PlanState(None, np.empty((0, n_tools), dtype=np.int32), (), reason)
+        empty = np.empty((0, n_tools))
+        return _PlanState(None, empty.astype(np.int32), empty, (), reason)
 
     def _remember(self, key: tuple[str, str], state: _PlanState) -> _PlanState:
         cache, lock = self._cache()
@@ -321,14 +337,16 @@ class ToolQPRetriever(CompositeRetriever):
 
     def _lists(
         self, state: _PlanState, active: list[int], request: Ranking
-    ) -> tuple[np.ndarray, list[int | None]]:
-        """The rank matrix to fuse and, per row, its query index (None: the request)."""
-        rows = [state.ranks[i] for i in active]
+    ) -> tuple[np.ndarray, np.ndarray, list[int | None]]:
+        """The ranks to fuse, the lists' probability shapes, and each row's query (or None)."""
         labels: list[int | None] = list(active)
+        ranks, shapes = state.ranks[active], state.shapes[active]
         if self.include_request:
-            rows.append(_tool_ranks(request, len(self.tools_)))
+            order = _tool_order(request, len(self.tools_))
+            ranks = np.vstack([ranks, _ranks_of(order)[None, :]])
+            shapes = np.vstack([shapes, _shape(request, order)[None, :]])
             labels.append(None)
-        return np.stack(rows), labels
+        return ranks, shapes, labels
 
     def _note(self, state: _PlanState, label: int | None, rank: int) -> str:
         if label is None or state.plan is None:
@@ -362,16 +380,10 @@ class ToolQPRetriever(CompositeRetriever):
         if state.plan is None:
             return self._fallback(request, state.fallback_reason or "no plan")
         plan = state.plan
-        n_tools = len(self.tools_)
         active, done = self._active(state, history)
-        matrix, labels = self._lists(state, active, request)
+        matrix, shapes, labels = self._lists(state, active, request)
         order = fuse(matrix, self.fusion, rrf_k=self.rrf_k)
-        shape = np.sort(request.probabilities[:n_tools])[::-1]
-        shape = shape + _EPS * np.arange(n_tools, 0, -1)  # strictly decreasing: keeps the order
-        probs = np.empty(n_tools + 1, dtype=np.float64)
-        probs[order] = shape
-        probs[n_tools] = request.probabilities[n_tools]
-        probs /= probs.sum()
+        probs = self._probabilities(matrix, shapes, request, order)
         notes = dict(request.notes)  # the base's notes (e.g. "added after fit") stay
         top = order[:EXPLAIN_K]
         best = np.argmin(matrix[:, top], axis=0)
@@ -391,6 +403,27 @@ class ToolQPRetriever(CompositeRetriever):
             "lists_fused": len(labels),
         }
         return Scores(probs, explanation, request.fallback_reason, over_current=True, notes=notes)
+
+    def _probabilities(
+        self, matrix: np.ndarray, shapes: np.ndarray, request: Ranking, order: np.ndarray
+    ) -> np.ndarray:
+        """Probabilities along the fused `order` (end-of-plan keeps the request's value).
+
+        A tool whose best rank in any list is ``r`` gets the lists' mean rank-``r``
+        probability, so the tools every sub-goal found first get comparable mass; the values
+        are then laid along `order` from high to low.
+        """
+        n_tools = len(self.tools_)
+        values = shapes.mean(axis=0)[matrix.min(axis=0)[order] - 1]
+        if self.fusion != "peak":  # peak fusion orders by best rank: already non-increasing
+            values = np.sort(values)[::-1]
+        values = values / values.sum() * (1.0 - float(request.probabilities[n_tools]))
+        values = values + _EPS * np.arange(n_tools, 0, -1)  # strictly decreasing: keeps order
+        probs = np.empty(n_tools + 1, dtype=np.float64)
+        probs[order] = values
+        probs[n_tools] = request.probabilities[n_tools]
+        out: np.ndarray = probs / probs.sum()
+        return out
 
     def _prepare(
         self, query: str, history: Sequence[str] | str | None, ignore_unknown: bool
@@ -438,7 +471,7 @@ class ToolQPRetriever(CompositeRetriever):
             rank = int(_tool_ranks(request, len(self.tools_))[tool])
             return {"tool": name, "rank": rank, "source": "fallback"}
         active, _ = self._active(state, hist)
-        matrix, labels = self._lists(state, active, request)
+        matrix, _, labels = self._lists(state, active, request)
         row = int(np.argmin(matrix[:, tool]))
         label = labels[row]
         out: dict[str, Any] = {"tool": name, "rank": int(matrix[row, tool])}
