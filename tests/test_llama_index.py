@@ -29,7 +29,11 @@ from llama_index_dtdr import RECORDS_KEY, DTDRFunctionAgent, DTDRObjectRetriever
 from llama_index_dtdr.testing import llama_tools
 
 K = 3
-pytestmark = pytest.mark.usefixtures("no_proxies")
+pytestmark = [
+    pytest.mark.usefixtures("no_proxies"),
+    # LlamaIndex's workflow inspects the agent's attributes, which pydantic flags as deprecated
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:inspect"),
+]
 FIXTURES = (demo, no_proxies, server)  # shared fixtures (tests/loopback.py)
 
 
