@@ -22,9 +22,10 @@ from llama_index.core.tools import AsyncBaseTool, ToolOutput
 from llama_index.core.tools.types import BaseTool
 from llama_index.core.workflow import Context
 
-from dtdr_agents.prompting import MaskMode, TokenCounter
+from dtdr_agents.prompting import TokenCounter
 from dtdr_agents.runtime import (
     UNSET,
+    AgentMode,
     BindingPolicy,
     Reply,
     StepRecord,
@@ -85,7 +86,7 @@ class DTDRFunctionAgent(FunctionAgent):
         k: int | Unset | None = UNSET,
         policy: SelectionPolicy | None = None,
         binding: BindingPolicy | None = None,
-        mode: MaskMode | None = None,
+        mode: AgentMode | None = None,
         cache: str | None = None,
         token_counter: TokenCounter | None = None,
         **agent_kwargs: Any,
@@ -98,7 +99,7 @@ class DTDRFunctionAgent(FunctionAgent):
             k: Shorthand for ``policy.k`` (default 5).
             policy: The `SelectionPolicy`.
             binding: The `BindingPolicy`.
-            mode: Shorthand for ``binding.mode``.
+            mode: Shorthand for ``binding.mode``, or ``"set"``.
             cache: Shorthand for ``binding.cache`` (``"append"`` keeps the tools array a
                 growing prefix within a run).
             token_counter: Token counter for the prompt figures.

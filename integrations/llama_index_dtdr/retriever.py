@@ -18,9 +18,10 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.tools.types import BaseTool
 
 from dtdr_agents.errors import InvalidToolError, UnknownToolError
-from dtdr_agents.prompting import MaskMode, TokenCounter
+from dtdr_agents.prompting import TokenCounter
 from dtdr_agents.runtime import (
     UNSET,
+    AgentMode,
     BindingPolicy,
     StepRecord,
     StepSelector,
@@ -99,7 +100,8 @@ class DTDRObjectRetriever(ObjectRetriever[BaseTool]):
         k: Shorthand for ``policy.k`` (default 5).
         policy: The `SelectionPolicy` (default `dtdr_agents.runtime.DEFAULT_POLICY`).
         binding: The `BindingPolicy` (mask mode, cache, widening, unbound calls).
-        mode: Shorthand for ``binding.mode``.
+        mode: Shorthand for ``binding.mode``, or ``"set"`` (bind the recommended set once
+            per turn; see `dtdr_agents.runtime.resolve_policies`).
         cache: Shorthand for ``binding.cache`` (``"append"``: the bound list only grows within
             a turn, used by `DTDRFunctionAgent`).
         token_counter: Token counter for the prompt figures.
@@ -118,7 +120,7 @@ class DTDRObjectRetriever(ObjectRetriever[BaseTool]):
         k: int | Unset | None = UNSET,
         policy: SelectionPolicy | None = None,
         binding: BindingPolicy | None = None,
-        mode: MaskMode | None = None,
+        mode: AgentMode | None = None,
         cache: str | None = None,
         token_counter: TokenCounter | None = None,
     ) -> None:
