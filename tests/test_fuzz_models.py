@@ -289,3 +289,67 @@ def test_every_corruption_kind_is_caught(pristine, tmp_path, corruption):
         except ModelLoadError as exc:
             got = str(exc)
         assert got == _rankings(path) or (isinstance(got, str) and str(folder) in got)
+
+
+def _set_array(key: str, value: float, index: int = 0) -> Callable[[Path], None]:
+    def edit(folder: Path) -> None:
+        def change(arrays: dict[str, np.ndarray]) -> None:
+            arr = arrays[key].copy()
+            arr.flat[index] = value
+            arrays[key] = arr
+
+        _rewrite_arrays(folder, change, reseal=True)
+
+    return edit
+
+
+def _set_field(keys: list[str], value: Any) -> Callable[[Path], None]:
+    def edit(folder: Path) -> None:
+        manifest = _manifest(folder)
+        target = manifest
+        for k in keys[:-1]:
+            target = target[k]
+        target[keys[-1]] = value
+        _write_manifest(folder, manifest, reseal=True)
+
+    return edit
+
+
+TARGETED: list[tuple[str, str, Callable[[Path], None]]] = [
+    ("dtdr-l", "NaN in weight", _set_array("model/weight", math.nan)),
+    ("dtdr-l", "inf in bias", _set_array("model/bias", math.inf)),
+    ("dtdr-l", "NaN in OOD mean", _set_array("model/ood_mean", math.nan)),
+    ("dtdr-l", "NaN in OOD precision", _set_array("model/ood_precision", math.nan)),
+    ("dtdr-c", "NaN in centroids", _set_array("model/centroids", math.nan)),
+    ("dtdr-c", "NaN in tool embeddings", _set_array("tool_embeddings", math.nan)),
+    ("dtdr-c", "negative cluster size", _set_array("model/cluster_sizes", -5)),
+    ("dtdr-c", "Markov next label out of range", _set_array("model/markov_rows", 10**6, 5)),
+    ("dtdr-c", "NaN in TF-IDF idf", _set_array("encoder/idf", math.nan)),
+    ("dtdr-c", "end_rate 5", _set_field(["end_rate"], 5.0)),
+    ("dtdr-l", "end_rate -1", _set_field(["end_rate"], -1.0)),
+    ("dtdr-c", "ood_threshold NaN", _set_field(["state", "ood_threshold"], math.nan)),
+    ("dtdr-l", "ood_threshold -1", _set_field(["state", "ood_threshold"], -1.0)),
+    ("dtdr-c", "vocab_threshold 7", _set_field(["state", "vocab_threshold"], 7.0)),
+    ("dtdr-c", "n_clusters 99", _set_field(["state", "n_clusters"], 99)),
+    ("dtdr-c", "order 10**9", _set_field(["params", "order"], 10**9)),
+    ("dtdr-l", "history_length 10**9", _set_field(["params", "history_length"], 10**9)),
+    ("dtdr-l", "history text on structured weights", _set_field(["params", "history"], "text")),
+]
+
+
+def test_targeted_values_and_scalars(pristine, tmp_path):
+    counts: Counter[str] = Counter()
+    for i, (name, what, edit) in enumerate(TARGETED):
+        folder = tmp_path / f"t{i}"
+        shutil.copytree(pristine[name], folder)
+        edit(folder)
+        try:
+            _rankings(folder)
+        except ModelLoadError as exc:
+            counts["clear error" if str(folder) in str(exc) else f"unclear: {what}"] += 1
+        except Exception as exc:  # counting crashes is the point
+            counts[f"crash: {what}: {type(exc).__name__}: {exc}"] += 1
+        else:
+            counts[f"silently wrong: {what}"] += 1
+    print(f"\ntargeted values: {len(TARGETED)} cases, {dict(counts)}")
+    assert counts == Counter({"clear error": len(TARGETED)})
