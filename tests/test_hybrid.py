@@ -36,7 +36,8 @@ def test_cross_fitting_records_held_out_figures(fitted):
     assert 0.0 < cv["held_out_mrr"]["hybrid"] <= 1.0
     mix = fitted.mix()
     assert list(mix) == list(FEATURES)
-    assert mix["dtdr_l"] > 0  # the learned part earned a positive weight on held-out data
+    # the learned parts earned a positive weight on held-out data
+    assert mix["dtdr_l"] + mix["dtdr_l_fine"] > 0
 
 
 def test_end_of_plan_is_scored_explicitly(fitted, demo_split):
@@ -99,7 +100,7 @@ def test_zero_demonstrations_is_pure_zero_shot_and_demonstrations_help(
     train, test = demo_split
     zero = HybridRetriever(encoder=encoder).fit([], demo_data.tools)
     assert zero.chains_ is None and zero.linear_ is None and zero.cv_["n_demos"] == 0
-    assert zero.mix()["dtdr_l"] == 0.0
+    assert zero.mix()["dtdr_l"] == zero.mix()["dtdr_l_fine"] == 0.0
     ranking = zero.rank(test[0].query, ())
     assert ranking.probabilities.sum() == pytest.approx(1.0)
     assert ranking.rank_of(END_OF_PLAN) > 1  # no call yet: end-of-plan is unlikely

@@ -61,6 +61,7 @@ FEATURES: tuple[str, ...] = (
     "chain_all",
     "chain_all_rare_key",
     "dtdr_l",
+    "dtdr_l_fine",
     "in_history",
     "last_call_sim",
     "knn_plan",
@@ -70,6 +71,7 @@ FEATURES: tuple[str, ...] = (
     "end_chain_cluster",
     "end_chain_all",
     "end_dtdr_l",
+    "end_dtdr_l_fine",
     "end_n_calls",
     "end_first_step",
     "end_knn",
@@ -102,6 +104,9 @@ REST_MASS = 1e-4
 
 L_TOP = 20
 """DTDR-L's top tools added to every step's candidates."""
+
+LINEAR_FINE_BATCH = 8
+"""Mini-batch size of the second structured DTDR-L (the first uses DTDR-L's default, 32)."""
 
 KNN = 10
 """Nearest demonstrations (by request similarity) behind the `knn_*` features."""
@@ -291,12 +296,20 @@ class HybridRetriever(ToolRetriever):
         if not demos:
             self.chains_: DTDRC | None = None
             self.linear_: DTDRL | None = None
+            self.linear_fine_: DTDRL | None = None
             self._map_components()
             return
         seed = self.seed if seed is None else seed
         self.chains_ = DTDRC(encoder=self.encoder_, seed=seed).fit(demos, seen)
         self.linear_ = DTDRL(
             history="structured", encoder=self.encoder_, ood_quantile=None, seed=seed
+        ).fit(demos, seen)
+        self.linear_fine_ = DTDRL(  # more, smaller steps: the combiner weighs both
+            history="structured",
+            batch_size=LINEAR_FINE_BATCH,
+            encoder=self.encoder_,
+            ood_quantile=None,
+            seed=seed + 1000,
         ).fit(demos, seen)
         self._map_components()
 
@@ -427,12 +440,17 @@ class HybridRetriever(ToolRetriever):
                 return self._chain_map[labels], counts / total, total
         return np.zeros(0, dtype=np.int64), np.zeros(0), 0.0
 
-    def _linear_probs(self, qs: _QueryState, history: tuple[str, ...]) -> np.ndarray | None:
-        """DTDR-L's probabilities over its own labels for this step."""
-        if self.linear_ is None:
+    def _linear_probs(
+        self, qs: _QueryState, history: tuple[str, ...]
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Both DTDR-L models' probabilities over their (shared) labels for this step."""
+        if self.linear_ is None or self.linear_fine_ is None:
             return None
         x = self.linear_._structured(qs.qvec[None, :], [history])[0]
-        return softmax(self.linear_.weight_ @ x + self.linear_.bias_)
+        return (
+            softmax(self.linear_.weight_ @ x + self.linear_.bias_),
+            softmax(self.linear_fine_.weight_ @ x + self.linear_fine_.bias_),
+        )
 
     def _step_features(self, query: str, history: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(candidate labels, feature matrix) of one step; end-of-plan is the last candidate."""
@@ -449,10 +467,11 @@ class HybridRetriever(ToolRetriever):
             else:
                 all_labels, all_p, all_support = cl_labels, cl_p, cl_support
             extra += [cl_labels.astype(np.int64), all_labels.astype(np.int64)]
-        lp = self._linear_probs(qs, history)
-        if lp is not None:
-            k = min(L_TOP, len(lp))
-            top = np.argpartition(-lp, k - 1)[:k]
+        lps = self._linear_probs(qs, history)
+        if lps is not None:
+            mean = 0.5 * (lps[0] + lps[1])
+            k = min(L_TOP, len(mean))
+            top = np.argpartition(-mean, k - 1)[:k]
             extra.append(self._linear_map[top])
         plan_votes, next_votes, end_vote = self._knn(qs, history)
         if plan_votes:
@@ -510,11 +529,15 @@ class HybridRetriever(ToolRetriever):
                 else:
                     x[i, _F["chain_all"]] = v
                     x[i, _F["chain_all_rare_key"]] = v * rare_all
-        if lp is not None:
-            full = np.full(len(self.labels_), np.log(L_FLOOR))
-            full[self._linear_map] = np.log(np.maximum(lp, L_FLOOR))
-            x[:n_c, _F["dtdr_l"]] = full[cands] - np.log(L_FLOOR)
-            x[n_c, _F["end_dtdr_l"]] = full[end] - np.log(L_FLOOR)
+        if lps is not None:
+            for lp, col, end_col in (
+                (lps[0], _F["dtdr_l"], _F["end_dtdr_l"]),
+                (lps[1], _F["dtdr_l_fine"], _F["end_dtdr_l_fine"]),
+            ):
+                full = np.full(len(self.labels_), np.log(L_FLOOR))
+                full[self._linear_map] = np.log(np.maximum(lp, L_FLOOR))
+                x[:n_c, col] = full[cands] - np.log(L_FLOOR)
+                x[n_c, end_col] = full[end] - np.log(L_FLOOR)
         if history:
             hist_rows = [self._label_index.get(h, -1) for h in history]
             for h in hist_rows:
@@ -575,7 +598,8 @@ class HybridRetriever(ToolRetriever):
             "knn_plan_lengths": np.array([len(p) for p in self.knn_plans_], dtype=np.int64),
             **{f"index/{k}": v for k, v in index_arrays.items()},
         }
-        for name, part in (("chains", self.chains_), ("linear", self.linear_)):
+        parts = (("chains", self.chains_), ("linear", self.linear_))
+        for name, part in (*parts, ("linear_fine", self.linear_fine_)):
             if part is None:
                 state[name] = None
                 continue
@@ -617,7 +641,8 @@ class HybridRetriever(ToolRetriever):
         self.index_ = CandidateIndex.from_state(index_cfg, index_arrays, self.tool_embeddings_)
         self.chains_ = None
         self.linear_ = None
-        for name, cls in (("chains", DTDRC), ("linear", DTDRL)):
+        self.linear_fine_ = None
+        for name, cls in (("chains", DTDRC), ("linear", DTDRL), ("linear_fine", DTDRL)):
             saved = state.get(name)
             if saved is None:
                 continue
