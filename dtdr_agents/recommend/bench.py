@@ -168,7 +168,7 @@ def format_scores(scores: Sequence[RecommendScore]) -> str:
             f"{s.latency_ms.get('p99', float('nan')):.3f} | {s.fit_s:.1f} | {s.policy} |"
         )
     for s in scores:
-        if s.calibration:
+        if s.calibration and " w/o " not in s.retriever:  # ablations share the size model
             pairs = "; ".join(
                 f"target {c['target']:.2f} -> achieved {c['achieved']:.3f}" for c in s.calibration
             )
