@@ -304,8 +304,8 @@ class ToolRetriever(ABC):
         )
         self._new_mask = self._label_of < 0
         self._current_embeddings: np.ndarray | None = None
-        if self._new_mask.any() and self.encoder_ is not None:
-            assert self.tool_embeddings_ is not None
+        # a composite ranks through its base and has no tool embeddings of its own
+        if self._new_mask.any() and self.encoder_ is not None and self.tool_embeddings_ is not None:
             new_tools = [toolset[int(i)] for i in np.flatnonzero(self._new_mask[:-1])]
             new_emb = self.encoder_.encode([t.text() for t in new_tools])
             emb = np.zeros((len(toolset), new_emb.shape[1]), dtype=np.float32)

@@ -169,13 +169,7 @@ class ToolQPRetriever(CompositeRetriever):
 
     def set_tools(self, tools: Toolset | Iterable[Any]) -> Self:
         """Change the catalogue of this retriever and of its base (plans are per catalogue)."""
-        # The base embeds added tools; this retriever has no tool embeddings of its own, so
-        # `ToolRetriever.set_tools` must not try to embed them (it would need them).
-        encoder, self.encoder_ = self.encoder_, None
-        try:
-            super().set_tools(tools)
-        finally:
-            self.encoder_ = encoder
+        super().set_tools(tools)
         self._catalogue_hash = self.tools_.catalogue_hash
         return self
 
