@@ -80,13 +80,13 @@ async def proxy(
     *upstream_flags: str,
     timeout: float = 20.0,
     extra: Sequence[str] = (),
+    zero_shot: bool = False,
 ) -> AsyncIterator[Client]:
     model_dir, tools_file, _ = model
     argv = [
         "-m",
         "mcp_dtdr",
-        "--model",
-        str(model_dir),
+        *([] if zero_shot else ["--model", str(model_dir)]),
         "-k",
         str(K),
         "--timeout",
@@ -234,3 +234,17 @@ async def test_a_2026_client_gets_changes_on_its_listen_stream(
                 assert type(event).__name__ == "ToolsListChanged"
             names = [t.name for t in (await client.list_tools()).tools]
             assert names == [*META, *expected(core, request.query, ())]
+
+
+async def test_without_a_model_a_zero_shot_retriever_ranks_the_upstream_tools(
+    model: tuple[Path, Path, list[Demonstration]], core: ToolRetriever
+) -> None:
+    request = model[2][0]
+    with anyio.fail_after(2 * BOUND):  # the proxy loads the sentence encoder
+        async with proxy(model, zero_shot=True, timeout=60) as client:
+            await client.call("set_task", {"request": request.query})
+            offered = (await client.names())[2:]
+            assert 0 < len(offered) <= K
+            assert set(offered) <= set(core.tools_.names)
+            result = await client.call(offered[0], {})
+            assert json.loads(result.content[0].text)["tool"] == offered[0]  # type: ignore[union-attr]

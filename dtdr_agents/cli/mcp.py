@@ -52,7 +52,12 @@ def add_commands(sub: Any) -> None:
             "task (set_task) and the calls made so far, plus set_task and search_tools."
         ),
     )
-    p.add_argument("--model", required=True, help="a retriever folder (dtdr-agents fit -o DIR)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="a retriever folder (dtdr-agents fit -o DIR); without it, a zero-shot retriever "
+        "is fitted on the upstream's tools (no demonstrations)",
+    )
     p.add_argument("-k", type=int, default=5, help="upstream tools exposed per step")
     p.add_argument("--always-include", default="", help="comma-separated tools always exposed")
     p.add_argument(

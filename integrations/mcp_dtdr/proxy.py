@@ -43,9 +43,9 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from dtdr_agents.errors import DTDRError
-from dtdr_agents.retrievers import load_retriever
+from dtdr_agents.retrievers import load_retriever, make_retriever
 from dtdr_agents.retrievers.base import ToolRetriever
-from dtdr_agents.runtime import BindingPolicy, StepRecord, StepSelector
+from dtdr_agents.runtime import DEFAULT_RETRIEVER, BindingPolicy, StepRecord, StepSelector
 from dtdr_agents.selection import SelectionPolicy, select
 from dtdr_agents.types import Tool, Toolset
 
@@ -372,15 +372,19 @@ def _text(text: str) -> types.CallToolResult:
 
 
 def build_server(upstream: Upstream, retriever: ToolRetriever | None, config: ProxyConfig) -> Any:
-    """The MCP `Server` of the proxy over a started `upstream` and a loaded `retriever`.
+    """The MCP `Server` of the proxy over a started `upstream` and a retriever.
 
-    When the upstream failed (or the retriever cannot rank its tools), the server still
-    answers: ``tools/list`` and ``tools/call`` return an MCP error saying why.
+    With `retriever` None, a zero-shot `dtdr_agents.runtime.DEFAULT_RETRIEVER` is fitted on
+    the upstream's tools with no demonstrations. When the upstream failed (or the retriever
+    cannot rank its tools), the server still answers: ``tools/list`` and ``tools/call``
+    return an MCP error saying why.
     """
     session: ProxySession | None = None
-    if upstream.session is not None and retriever is not None:
+    if upstream.session is not None:
         try:
             toolset = Toolset([_core_tool(t) for t in upstream.tools])
+            if retriever is None:
+                retriever = make_retriever(DEFAULT_RETRIEVER).fit([], toolset)
             missing = [n for n in config.always_include if not toolset.has(n)]
             if missing:
                 raise UpstreamError(
@@ -466,7 +470,10 @@ async def serve_proxy(
     *,
     env: Mapping[str, str] | None = None,
 ) -> None:
-    """Start the upstream and serve one client on the given streams until it disconnects."""
+    """Start the upstream and serve one client on the given streams until it disconnects.
+
+    `retriever` None fits a zero-shot default retriever on the upstream's tools.
+    """
     async with AsyncExitStack() as stack:
         upstream = await Upstream.start(stack, upstream_argv, timeout=config.timeout, env=env)
         server = build_server(upstream, retriever, config)
@@ -475,7 +482,7 @@ async def serve_proxy(
 
 
 def run_proxy(
-    model_dir: str | Path,
+    model_dir: str | Path | None,
     upstream_argv: Sequence[str],
     *,
     k: int = 5,
@@ -490,6 +497,9 @@ def run_proxy(
     Args:
         model_dir: A retriever saved with `save` / ``dtdr-agents fit``; the upstream's tools
             may differ from its catalogue (new tools are ranked by a query-similarity prior).
+            None: a zero-shot `dtdr_agents.runtime.DEFAULT_RETRIEVER` fitted on the upstream's
+            tools with no demonstrations (it ranks by relevance; what typically follows a
+            call is learned only from demonstrations).
         upstream_argv: The upstream MCP server's command line.
         k: Expose at most this many retrieved upstream tools.
         always_include: Upstream tools exposed at every step.
@@ -511,7 +521,7 @@ def run_proxy(
         search_k=search_k,
         cache=cache,
     )
-    retriever = load_retriever(model_dir)
+    retriever = load_retriever(model_dir) if model_dir is not None else None
 
     async def main() -> None:
         async with stdio_server() as (read, write):
