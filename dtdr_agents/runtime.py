@@ -770,7 +770,11 @@ class StepSelector:
         previous: StepRecord | None = None,
         wide: bool = False,
     ) -> StepRecord:
-        """`select` in a worker thread (ranking encodes the query: CPU work)."""
+        """`select` in a worker thread (ranking encodes the query: CPU work).
+
+        The retriever's async I/O for the request (a ToolQP plan) runs first, on the loop.
+        """
+        await self.retriever.aprepare(query)
         return await asyncio.to_thread(self.select, query, history, previous=previous, wide=wide)
 
     # ---------------------------------------------------------------------------- widening

@@ -475,3 +475,17 @@ def test_planning_overhead_on_toolink(shared_datasets: Path) -> None:
     summary = result.summary()
     assert summary["tools"] == 1804 and summary["queries_per_request"] == 5
     assert summary["cpu_overhead_ms"]["p50"] <= 2.0
+
+
+def test_the_integration_runtime_plans_through_the_async_path() -> None:
+    from dtdr_agents.runtime import StepSelector
+    from dtdr_agents.selection import SelectionPolicy
+
+    planner = CountingPlanner()
+    model = make(planner)
+    wrapped = make_retriever("toolqp", base=model)  # nested: the inner toolqp plans too
+    wrapped.fit(DEMOS, TOOLS)
+    selector = StepSelector(TOOLS, wrapped, policy=SelectionPolicy(k=2, threshold=None))
+    step = asyncio.run(selector.aselect(REQUEST))
+    assert planner.acalls == 1
+    assert set(step.bound) == {"hotel_search", "flight_cancel"}

@@ -346,6 +346,15 @@ class ToolRetriever(ABC):
         return np.append(p, self.end_rate_)
 
     # ------------------------------------------------------------------------------ ranking
+    async def aprepare(self, query: str) -> None:
+        """Do a request's slow I/O ahead of `rank`, asynchronously (e.g. ToolQP's LLM plan).
+
+        The result is cached by the retriever, so the following `rank` calls of the request
+        reuse it; nested retrievers are prepared too. A no-op for retrievers without I/O.
+        """
+        for part in self.parts().values():
+            await part.aprepare(query)
+
     def _validate_history(self, history: Sequence[str], ignore_unknown: bool) -> tuple[str, ...]:
         unknown = [h for h in history if h not in self._label_index and not self.tools_.has(h)]
         if END_OF_PLAN in history:
@@ -697,7 +706,7 @@ def _restore_encoder(
     if "state" in info:  # a fitted TF-IDF encoder travels with the model
         try:
             saved: Encoder = TfidfEncoder.from_state(info["state"], child_arrays(arrays, "encoder"))
-        except (ModelLoadError, TypeError, ValueError, AttributeError) as exc:
+        except (ModelLoadError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise ModelLoadError(f"{where}: field 'encoder' is corrupt: {exc}") from None
         if saved.id != info["id"]:
             raise ModelLoadError(

@@ -434,6 +434,12 @@ class ToolQPRetriever(CompositeRetriever):
         request = self.fitted_base().rank(query, history, ignore_unknown=True)
         return self._fused(state, history, request)
 
+    async def aprepare(self, query: str) -> None:
+        """Plan the request through the planner's async path (cached for `rank`)."""
+        self._check_fitted()
+        await self._aplan_state(query)
+        await super().aprepare(query)
+
     async def arank(
         self,
         query: str,
