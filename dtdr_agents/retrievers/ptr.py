@@ -319,13 +319,14 @@ class PTRRecommender(CompositeRetriever):
         )
         notes: dict[str, Any] = {"method": self.retriever_id, "base": self._base_id()}
         notes["stage1"] = self._stage1_note(bundle)
-        if ranking.fallback and not bundle.tools:
+        similar = len(sims) > 0 and float(sims.max()) >= self.min_similarity
+        if ranking.fallback and not similar:  # both the base and the demonstrations say so
             reason = ranking.fallback_reason or "the request looks out of distribution"
             return Recommendation(
                 (),
                 (),
                 fallback=True,
-                reason=f"{reason}; no similar bundle either",
+                reason=f"{reason}; no similar demonstration either",
                 policy="learned set size",
                 explanation=notes,
             )
