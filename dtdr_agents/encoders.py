@@ -371,11 +371,16 @@ class TfidfEncoder:
             enc.components_ = np.asarray(arrays["components"], dtype=np.float32)
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelLoadError(f"corrupt TF-IDF encoder state: {exc}") from exc
-        if enc.idf_.shape != (len(enc.vocabulary_),) or enc.components_.shape[1] != len(
-            enc.vocabulary_
+        if (
+            enc.idf_.shape != (len(enc.vocabulary_),)
+            or enc.components_.ndim != 2
+            or enc.components_.shape[1] != len(enc.vocabulary_)
+            or not np.isfinite(enc.idf_).all()
+            or not np.isfinite(enc.components_).all()
         ):
             raise ModelLoadError(
-                "corrupt TF-IDF encoder state: array shapes do not match the vocabulary"
+                "corrupt TF-IDF encoder state: array shapes do not match the vocabulary, or "
+                "values are not finite"
             )
         return enc
 

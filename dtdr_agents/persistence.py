@@ -87,6 +87,9 @@ class SavedModel:
         arrays_bytes = st_save(arrays, metadata={"tools_sha256": tool_order_digest(self.manifest)})
         manifest = {k: v for k, v in self.manifest.items() if k != "integrity"}
         manifest["children"] = sorted(self.children)
+        manifest["arrays"] = {
+            k: {"dtype": v.dtype.str, "shape": list(v.shape)} for k, v in sorted(arrays.items())
+        }
         manifest = json.loads(json.dumps(manifest, default=_json_default, ensure_ascii=False))
         digest = manifest_digest(manifest)
         manifest["integrity"] = {
@@ -232,6 +235,26 @@ def _check_catalogue(manifest: Mapping[str, Any], mpath: Path) -> None:
         )
 
 
+def _check_specs(
+    manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray], mpath: Path, apath: Path
+) -> None:
+    """The arrays have exactly the names, dtypes and shapes the manifest records."""
+    specs = manifest.get("arrays")
+    if not isinstance(specs, dict) or set(specs) != set(arrays):
+        raise _RetryableError(f"{mpath}: field 'arrays' does not list the arrays of {apath.name}")
+    for name, array in arrays.items():
+        spec = specs[name]
+        if (
+            not isinstance(spec, dict)
+            or spec.get("dtype") != array.dtype.str
+            or spec.get("shape") != list(array.shape)
+        ):
+            raise _RetryableError(
+                f"{apath}: array {name!r} is {array.dtype.str} {list(array.shape)}, but {mpath} "
+                f"records {spec!r}"
+            )
+
+
 def read_manifest(folder: Path) -> dict[str, Any]:
     """The checked manifest of the model folder `folder` (its integrity not verified).
 
@@ -289,6 +312,7 @@ def _read_at(dir_fd: int, folder: Path, expected: str | None) -> SavedModel:
             f"{apath.name} (edited?)"
         )
     arrays = _load_arrays(data, apath)
+    _check_specs(manifest, arrays, mpath, apath)
     child_digests = integrity.get("children_sha256") or {}
     if not isinstance(child_digests, dict) or set(child_digests) != set(manifest["children"]):
         raise _RetryableError(f"{mpath}: field 'integrity' does not list the nested retrievers")
@@ -307,6 +331,7 @@ def _read_at(dir_fd: int, folder: Path, expected: str | None) -> SavedModel:
             os.close(fd)
     manifest.pop("children", None)
     manifest.pop("integrity", None)
+    manifest.pop("arrays", None)
     return SavedModel(manifest, arrays, children, folder)
 
 

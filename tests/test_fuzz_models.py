@@ -353,3 +353,73 @@ def test_targeted_values_and_scalars(pristine, tmp_path):
             counts[f"silently wrong: {what}"] += 1
     print(f"\ntargeted values: {len(TARGETED)} cases, {dict(counts)}")
     assert counts == Counter({"clear error": len(TARGETED)})
+
+
+def foreign_child(folder: Path, rng: np.random.Generator, other: Path) -> str:
+    shutil.rmtree(folder / "base")
+    shutil.copytree(other, folder / "base")  # a valid model, but not the one saved here
+    return "base/ replaced by another valid model"
+
+
+@pytest.mark.slow
+def test_nested_folders_get_the_same_checks(pristine, tmp_path):
+    from dtdr_agents.retrievers import make_retriever
+
+    ds = make_demo_dataset(n=120, seed=11)
+    composite = make_retriever("ptr:dtdr-c", encoder="tfidf", seed=1)
+    saved = composite.fit(list(ds.demos), ds.tools).save(tmp_path / "ptr")
+    expected = _rankings(saved)
+    rng = np.random.default_rng(5)
+    counts: Counter[str] = Counter()
+    kinds = [truncate, flip, delete, swap_tools_resealed, nan_array_resealed, bad_scalar]
+    kinds += [symlink_out, wrong_shape]
+    for case in range(40):
+        folder = tmp_path / f"n{case}"
+        shutil.copytree(saved, folder)
+        if case % 10 == 9:
+            what = foreign_child(folder, rng, pristine["dtdr-c"])
+        else:
+            what = kinds[case % len(kinds)](folder / "base", rng)
+        try:
+            got = _rankings(folder)
+        except ModelLoadError as exc:
+            counts["clear error" if str(folder) in str(exc) else f"unclear: {what}"] += 1
+        except Exception as exc:  # counting crashes is the point
+            counts[f"crash: {what}: {type(exc).__name__}: {exc}"] += 1
+        else:
+            counts["identical" if got == expected else f"silently wrong: {what}"] += 1
+    print(f"\nnested corruptions: 40 cases, {dict(counts)}")
+    assert set(counts) <= {"clear error", "identical"}
+
+
+def test_every_array_with_a_wrong_shape_or_dtype_is_refused(pristine, tmp_path):
+    from safetensors.numpy import load_file
+
+    cases = 0
+    for name, path in pristine.items():
+        keys = sorted(load_file(str(path / "arrays.safetensors")))
+        for key in keys:
+            for how in ("flat", "2d", "dtype"):
+                folder = tmp_path / f"{name}-{key.replace('/', '_')}-{how}"
+                shutil.copytree(path, folder)
+
+                def edit(arrays: dict[str, np.ndarray], key: str = key, how: str = how) -> None:
+                    arr = arrays[key]
+                    if how == "flat":
+                        arrays[key] = arr.reshape(-1)[:-1] if arr.size > 1 else np.zeros(2)
+                    elif how == "2d":
+                        arrays[key] = np.zeros((2, 2, 2), dtype=arr.dtype)
+                    else:
+                        arrays[key] = arr.astype(np.float16 if arr.dtype.kind != "f" else np.int8)
+
+                _rewrite_arrays(folder, edit, reseal=True)
+                cases += 1
+                try:
+                    got: Any = _rankings(folder)
+                except ModelLoadError as exc:
+                    got = str(exc)
+                assert got == _rankings(path) or (isinstance(got, str) and str(folder) in got), (
+                    key,
+                    how,
+                )
+    assert cases >= 30
