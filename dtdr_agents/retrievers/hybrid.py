@@ -210,6 +210,7 @@ class HybridRetriever(ToolRetriever):
     """
 
     retriever_id: ClassVar[str] = "hybrid"
+    bench_default: ClassVar[bool] = True
     accepts_no_demos: ClassVar[bool] = True
     """`fit` works with zero demonstrations (pure zero-shot)."""
 
