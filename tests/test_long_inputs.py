@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from dtdr_agents import DTDRL
 from dtdr_agents.encoders import token_limit
@@ -62,6 +63,7 @@ def _max_delta(model: DTDRL, query: str, a: list[str], b: list[str]) -> float:
     return float(np.abs(pa - pb).max())
 
 
+@pytest.mark.slow
 def test_text_dtdr_l_sees_recent_calls_of_a_long_request(encoder, demo_data, demo_split):
     model = DTDRL(encoder=encoder, history="text", epochs=1).fit(
         demo_split[0][:25], demo_data.tools
