@@ -543,6 +543,7 @@ def test_registry_ids_and_aliases():
         "nestful",
         "rectools",
         "metatool",
+        "toolret",
         "jsonl",
     )
     ds = load_dataset("Seal-Tools", FIX / "sealtools", split="dev")
