@@ -23,7 +23,7 @@ import asyncio
 import dataclasses
 import enum
 import itertools
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -61,7 +61,9 @@ __all__ = [
     "StepSelector",
     "UnboundToolCallError",
     "Unset",
+    "check_int",
     "check_on_unbound",
+    "check_tool_list",
     "fitted_tools",
     "merge_selection_records",
     "record_metadata",
@@ -112,6 +114,41 @@ def check_on_unbound(value: str) -> OnUnbound:
     if value not in ("reject", "allow", "raise"):
         raise ValueError(f"on_unbound must be 'reject', 'allow' or 'raise', got {value!r}")
     return value  # type: ignore[return-value]
+
+
+def check_int(name: str, value: Any, *, minimum: int, optional: bool = False) -> int | None:
+    """Validate an integer option (not a bool, a float or a string) of at least `minimum`.
+
+    Args:
+        name: The option's name for the message (e.g. ``"BindingPolicy.widen_k"``).
+        value: The value given.
+        minimum: The smallest value allowed.
+        optional: Whether None is allowed.
+
+    Raises:
+        ValueError: Naming the option.
+    """
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ValueError(
+            f"{name} must be an integer >= {minimum}{' or None' if optional else ''}, got {value!r}"
+        )
+    return int(value)
+
+
+def check_tool_list(tools: Any, name: str = "tools") -> list[Any]:
+    """`tools` as a list, refusing a lone tool, a string or a mapping given for the list.
+
+    Raises:
+        TypeError: Naming the argument.
+    """
+    if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Iterable):
+        raise TypeError(f"{name} must be a list of tools, got {type(tools).__name__} {tools!r:.60}")
+    try:
+        return list(tools)
+    except TypeError as exc:
+        raise TypeError(f"{name} must be a list of tools, got {type(tools).__name__}") from exc
 
 
 def fitted_tools(retriever: ToolRetriever) -> Toolset:
@@ -209,18 +246,18 @@ class BindingPolicy:
     def __post_init__(self) -> None:
         check_mode(self.mode)
         check_on_unbound(self.on_unbound)
-        if self.cache not in BINDERS:
+        if not isinstance(self.cache, str) or self.cache not in BINDERS:
             raise ValueError(
                 f"BindingPolicy.cache must be one of {sorted(BINDERS)}, got {self.cache!r}"
             )
-        if self.cache_cap is not None and self.cache_cap < 1:
-            raise ValueError(f"BindingPolicy.cache_cap must be >= 1 or None, got {self.cache_cap}")
-        if self.widen_k is not None and self.widen_k < 1:
-            raise ValueError(f"BindingPolicy.widen_k must be >= 1 or None, got {self.widen_k}")
-        if self.max_rejections < 0:
-            raise ValueError(
-                f"BindingPolicy.max_rejections must be >= 0, got {self.max_rejections}"
-            )
+        check_int("BindingPolicy.cache_cap", self.cache_cap, minimum=1, optional=True)
+        check_int("BindingPolicy.widen_k", self.widen_k, minimum=1, optional=True)
+        check_int("BindingPolicy.max_rejections", self.max_rejections, minimum=0)
+        for flag in ("widen_on_unbound", "widen_on_answer", "ignore_unknown_history"):
+            if not isinstance(getattr(self, flag), bool | np.bool_):
+                raise ValueError(
+                    f"BindingPolicy.{flag} must be True or False, got {getattr(self, flag)!r}"
+                )
 
 
 # ---------------------------------------------------------------------------------- record
@@ -590,7 +627,7 @@ class StepSelector:
         self.mode: MaskMode = self.binding.mode
         self.retriever = unwrap_retriever(retriever)
         try:
-            self.toolset = tools if isinstance(tools, Toolset) else Toolset(tools)
+            self.toolset = tools if isinstance(tools, Toolset) else Toolset(check_tool_list(tools))
         except InvalidToolError as exc:
             raise InvalidToolError(f"invalid tool list: {exc}") from exc
         missing = [n for n in self.policy.always_include if not self.toolset.has(n)]

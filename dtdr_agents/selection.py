@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -64,7 +66,15 @@ class SelectionPolicy:
             raise ValueError(f"SelectionPolicy.coverage must be in (0, 1], got {self.coverage}")
         if self.min_k < 0:
             raise ValueError(f"SelectionPolicy.min_k must be >= 0, got {self.min_k}")
-        object.__setattr__(self, "always_include", tuple(self.always_include))
+        given: Any = self.always_include
+        single = isinstance(given, str | bytes) or not isinstance(given, Iterable)
+        names = (given,) if single else tuple(given)
+        if single or not all(isinstance(n, str) for n in names):
+            raise ValueError(
+                "SelectionPolicy.always_include must be a list of tool names, got "
+                f"{self.always_include!r:.80}"
+            )
+        object.__setattr__(self, "always_include", names)
 
 
 @dataclass(frozen=True)
