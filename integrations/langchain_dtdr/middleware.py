@@ -42,6 +42,7 @@ from dtdr_agents.runtime import (
     OnUnbound,
     StepRecord,
     Unset,
+    check_tool_list,
     merge_selection_records,
     resolve_policies,
     unwrap_retriever,
@@ -129,7 +130,7 @@ class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
         self._selector_key: tuple[str, ...] = ()
         self._lock = threading.Lock()
         if tools is not None:
-            self._selector_for(list(tools))
+            self._selector_for(check_tool_list(tools))
 
     @property
     def name(self) -> str:

@@ -78,6 +78,12 @@ class DTDRRetriever(BaseRetriever):
     def _fitted_retriever(cls, value: Any) -> ToolRetriever:
         return unwrap_retriever(value)
 
+    @field_validator("threshold")
+    @classmethod
+    def _threshold_in_range(cls, value: float | None) -> float | None:
+        SelectionPolicy(k=None, threshold=value)  # raises ValueError naming the threshold
+        return value
+
     # --------------------------------------------------------------------------- builders
     @classmethod
     def from_demonstrations(
@@ -110,8 +116,13 @@ class DTDRRetriever(BaseRetriever):
             params["encoder"] = encoder
         if isinstance(retriever, str):
             core = make_retriever(retriever, **params)
-        else:
+        elif isinstance(retriever, ToolRetriever):
             core = retriever.set_params(**params) if params else retriever
+        else:
+            raise TypeError(
+                "retriever must be a retriever id (e.g. 'dtdr-c') or an unfitted dtdr_agents "
+                f"ToolRetriever, got {type(retriever).__name__}"
+            )
         core.fit(demos, tools if isinstance(tools, Toolset) else Toolset(tools))
         return cls(retriever=core, **kwargs)
 

@@ -43,6 +43,7 @@ from dtdr_agents.runtime import (
     StepRecord,
     Unset,
     check_on_unbound,
+    check_tool_list,
     merge_selection_records,
     resolve_policies,
 )
@@ -270,7 +271,7 @@ def create_record_node(
 # ---------------------------------------------------------------------------------- factory
 def _as_tools(tools: Sequence[Any]) -> list[BaseTool]:
     out: list[BaseTool] = []
-    for pos, t in enumerate(tools):
+    for pos, t in enumerate(check_tool_list(tools)):
         if isinstance(t, BaseTool):
             out.append(t)
         elif callable(t) and not isinstance(t, Mapping):

@@ -26,6 +26,7 @@ from dtdr_agents.runtime import (
     StepRecord,
     StepSelector,
     Unset,
+    check_tool_list,
     resolve_policies,
 )
 from dtdr_agents.selection import SelectionPolicy
@@ -124,7 +125,7 @@ class DTDRObjectRetriever(ObjectRetriever[BaseTool]):
         cache: str | None = None,
         token_counter: TokenCounter | None = None,
     ) -> None:
-        tools = list(tools)
+        tools = check_tool_list(tools)
         _check_unique(tools)
         self.tools = tools
         self.tools_by_name: dict[str, BaseTool] = {str(t.metadata.name): t for t in tools}

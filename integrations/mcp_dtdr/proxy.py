@@ -45,7 +45,14 @@ from mcp.shared.message import SessionMessage
 from dtdr_agents.errors import DTDRError
 from dtdr_agents.retrievers import load_retriever, make_retriever
 from dtdr_agents.retrievers.base import ToolRetriever
-from dtdr_agents.runtime import DEFAULT_RETRIEVER, BindingPolicy, StepRecord, StepSelector
+from dtdr_agents.runtime import (
+    DEFAULT_RETRIEVER,
+    BindingPolicy,
+    StepRecord,
+    StepSelector,
+    check_int,
+    fitted_tools,
+)
 from dtdr_agents.selection import SelectionPolicy, select
 from dtdr_agents.types import Tool, Toolset
 
@@ -118,13 +125,14 @@ class ProxyConfig:
     cache: str = "off"
 
     def __post_init__(self) -> None:
-        if self.k < 1:
-            raise ValueError(f"ProxyConfig.k must be >= 1, got {self.k}")
-        if not self.timeout > 0:
-            raise ValueError(f"ProxyConfig.timeout must be > 0 seconds, got {self.timeout}")
-        if self.search_k is not None and self.search_k < 1:
-            raise ValueError(f"ProxyConfig.search_k must be >= 1, got {self.search_k}")
-        object.__setattr__(self, "always_include", tuple(self.always_include))
+        check_int("ProxyConfig.k", self.k, minimum=1)
+        timeout = self.timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            raise ValueError(f"ProxyConfig.timeout must be > 0 seconds, got {timeout!r}")
+        check_int("ProxyConfig.search_k", self.search_k, minimum=1, optional=True)
+        policy = SelectionPolicy(k=self.k, always_include=self.always_include)
+        object.__setattr__(self, "always_include", policy.always_include)
+        BindingPolicy(cache=self.cache)  # raises ValueError naming an unknown cache
 
 
 def _mcp_error(message: str, code: int = types.INTERNAL_ERROR) -> MCPError:
@@ -390,7 +398,7 @@ def build_server(upstream: Upstream, retriever: ToolRetriever | None, config: Pr
                 raise UpstreamError(
                     f"--always-include names tools the upstream does not list: {missing}"
                 )
-            if set(retriever.tools_.names) != set(toolset.names):
+            if set(fitted_tools(retriever).names) != set(toolset.names):
                 retriever.set_tools(toolset)
             selector = StepSelector(
                 toolset,
@@ -461,6 +469,26 @@ def build_server(upstream: Upstream, retriever: ToolRetriever | None, config: Pr
     )
 
 
+def _upstream_argv(argv: Any) -> tuple[str, ...]:
+    """The upstream command line as a tuple of strings.
+
+    Raises:
+        TypeError: `argv` is a single string or holds a non-string.
+        ValueError: `argv` is empty.
+    """
+    if isinstance(argv, str | bytes) or not isinstance(argv, Sequence):
+        raise TypeError(
+            "upstream_argv must be a list of strings (the command and its arguments, e.g. "
+            f"['python', 'server.py']), got {type(argv).__name__} {argv!r:.80}"
+        )
+    if not argv:
+        raise ValueError("the upstream MCP server command is missing (after --)")
+    bad = [a for a in argv if not isinstance(a, str)]
+    if bad:
+        raise TypeError(f"upstream_argv must hold strings, got {bad[0]!r:.80}")
+    return tuple(argv)
+
+
 async def serve_proxy(
     retriever: ToolRetriever | None,
     upstream_argv: Sequence[str],
@@ -474,8 +502,9 @@ async def serve_proxy(
 
     `retriever` None fits a zero-shot default retriever on the upstream's tools.
     """
+    argv = _upstream_argv(upstream_argv)
     async with AsyncExitStack() as stack:
-        upstream = await Upstream.start(stack, upstream_argv, timeout=config.timeout, env=env)
+        upstream = await Upstream.start(stack, argv, timeout=config.timeout, env=env)
         server = build_server(upstream, retriever, config)
         options = server.create_initialization_options(NotificationOptions(tools_changed=True))
         await server.run(read_stream, write_stream, options)
@@ -511,9 +540,11 @@ def run_proxy(
     Raises:
         ModelLoadError: The model folder cannot be loaded.
         ValueError: Invalid options or an empty upstream command.
+        TypeError: `upstream_argv` is a single string instead of a list.
     """
-    if not upstream_argv:
-        raise ValueError("the upstream MCP server command is missing (after --)")
+    argv = _upstream_argv(upstream_argv)
+    if isinstance(always_include, str):  # tuple() would split it into letters
+        raise ValueError(f"always_include must be a list of tool names, got {always_include!r}")
     config = ProxyConfig(
         k=k,
         always_include=tuple(always_include),
@@ -525,6 +556,6 @@ def run_proxy(
 
     async def main() -> None:
         async with stdio_server() as (read, write):
-            await serve_proxy(retriever, upstream_argv, read, write, config, env=env)
+            await serve_proxy(retriever, argv, read, write, config, env=env)
 
     anyio.run(main)
