@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 pytest.importorskip("langchain")
@@ -139,6 +141,10 @@ def _retriever_cases(s: Setup) -> dict[str, Case]:
     }
     cases.update(
         {
+            "DTDRRetriever.invoke k=numpy int": (
+                lambda: r.invoke(QUERY, k=np.int64(2)),
+                Ok(lambda docs: len(docs) == 2, "2 documents"),
+            ),
             "DTDRRetriever.invoke k=None uses the field k": (
                 lambda: r.invoke(QUERY, k=None),
                 Ok(lambda docs: len(docs) == 3, "3 documents"),
@@ -631,8 +637,6 @@ def _classify(fn: Callable[[], Any], expect: Err | Ok) -> tuple[str, str]:
     except Exception as exc:
         text = f"{type(exc).__name__}: {exc}"
         if isinstance(expect, Err):
-            import re
-
             if isinstance(exc, expect.types) and re.search(expect.pattern, str(exc), re.S):
                 return "clear error", text
             return "crash", text

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
     CallbackManagerForRetrieverRun,
@@ -30,9 +31,9 @@ END_OF_PLAN_CONTENT = "End of plan: no further tool call is needed."
 
 
 def _check_k(k: Any) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
-    return k
+    return int(k)  # numpy integers are accepted, like SelectionPolicy
 
 
 class DTDRRetriever(BaseRetriever):
