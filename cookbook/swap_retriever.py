@@ -1,12 +1,12 @@
-"""The planner graph of planner_graph.py with the retriever swapped by one constructor argument.
+"""The ReAct graph of react_agent.py with the retriever swapped by one constructor argument.
 
     python cookbook/swap_retriever.py
     python cookbook/swap_retriever.py --retrievers dtdr-c,dtdr-l,dr,lr,bm25,qts
 
-Each retriever id is fitted on the same demonstrations and wrapped in the same LangChain
-retriever; the graph, the tools and the model do not change. For every retriever the script
-prints the tools bound at each step of the same request, then how often the next planned tool
-was among the bound ones.
+Each retriever id is fitted on the same demonstrations and handed to the same
+`create_dtdr_agent` call; the graph, the tools and the model do not change. For every
+retriever the script prints the tools bound at each step of the same request, then how often
+the next planned tool was among the bound ones.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from __future__ import annotations
 import sys
 
 from _common import base_parser, load_demo, make_chat_model
-from planner_graph import build_planner_graph
 
 from dtdr_agents.retrievers import retriever_ids
-from langchain_dtdr import DTDRRetriever
+from dtdr_agents.runtime import BindingPolicy
 from langchain_dtdr.testing import langchain_tools
+from langgraph_dtdr import create_dtdr_agent
 
 DEFAULT_RETRIEVERS = ("dtdr-c", "dr", "lr", "bm25", "qts")
 
@@ -42,15 +42,19 @@ def main(argv: list[str] | None = None) -> int:
         demo = load_demo(args, retriever=rid)  # fitted on the same demonstrations
         tools = langchain_tools(demo.tools)
         model = make_chat_model(args, demo.plans(), demo.tools)
-        # The one line that changes between runs: which fitted retriever the graph gets.
-        retriever = DTDRRetriever(retriever=demo.retriever, k=args.k, threshold=0.0)
-        app = build_planner_graph(model, tools, retriever, k=args.k).compile()
+        # The one argument that changes between runs: which fitted retriever the graph gets.
+        # The scripted model follows the recorded plan whether or not its next tool is bound;
+        # on_unbound="allow" lets it go on, so every retriever is scored on the whole plan.
+        binding = BindingPolicy(mode=args.mode, on_unbound="allow")
+        app = create_dtdr_agent(model, tools, demo.retriever, k=args.k, binding=binding).compile()
         hits = steps = 0
         print(f"\n##### retriever {rid}: {demo.retriever!r}")
         for request in requests:
             print(f"=== {request.query}\n    recorded plan: {' -> '.join(request.calls)}")
             state = app.invoke({"messages": [("user", request.query)]})
-            for note in state["plan_notes"]:
+            for note in state["tool_selections"]:
+                if note["widened"]:
+                    continue
                 done = len(note["history"])
                 target = request.calls[done] if done < len(request.calls) else None
                 mark = ""
