@@ -28,6 +28,7 @@ beyond filling the output vector.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
@@ -249,7 +250,9 @@ class HybridRetriever(ToolRetriever):
         assert self.tool_embeddings_ is not None
         self.bm25_ = BM25Retriever()  # needs no demonstrations: index the catalogue only
         self._restore_part(self.bm25_, tools, {"vocabulary_size": None}, {})
+        t0 = time.perf_counter()
         self.index_ = CandidateIndex(self.tool_embeddings_, exact_limit=self.exact_limit)
+        self.index_s_ = time.perf_counter() - t0
         prior = _prior_vector()
         self.cv_: dict[str, Any] = {"n_demos": len(demos), "held_out_steps": 0}
         folds = min(self.n_folds, len(demos))
