@@ -133,9 +133,10 @@ def train_linear(
     opt = _adam([weight, bias], lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
     rng = np.random.default_rng(seed + 1)
     weight.grad, bias.grad = torch.empty_like(weight), torch.empty_like(bias)  # reused
+    # One thread: the kernels are small, and torch's intra-op threads spin-wait for each other,
+    # so with any other load on the cores two threads were measured 100x slower per step.
     threads = torch.get_num_threads()
-    if batch_size <= 8:  # per-sample kernels are small: more threads only add synchronisation
-        torch.set_num_threads(1)
+    torch.set_num_threads(1)
     try:
         _adam_epochs(xt, yt, weight, bias, opt, rng, epochs, batch_size, lr_decay)
     finally:
