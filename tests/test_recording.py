@@ -12,8 +12,8 @@ from dtdr_agents.cli import main as cli_main
 from dtdr_agents.datasets.jsonl import load_jsonl
 from dtdr_agents.datasets.synthetic import DEMO_TOOLS
 from dtdr_agents.errors import InvalidDemonstrationError
-from dtdr_agents.retrievers import load_retriever
 from dtdr_agents.recording import DemonstrationRecorder, plan_from_steps
+from dtdr_agents.retrievers import load_retriever
 from dtdr_agents.types import Demonstration, Toolset
 
 TOOLS = Toolset(DEMO_TOOLS)
