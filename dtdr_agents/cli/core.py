@@ -20,11 +20,11 @@ from dtdr_agents.cli._common import (
 from dtdr_agents.encoders import default_cache_dir
 from dtdr_agents.progress import progress_bar
 
-DEMO_RETRIEVERS = ("dr", "lr", "dtdr-c", "dtdr-l", "dtdr-l-s")
+DEMO_RETRIEVERS = ("dr", "lr", "dtdr-c", "dtdr-l", "dtdr-l-s", "hybrid")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Fit the four retrievers on the embedded demo data and print the comparison."""
+    """Fit the demo retrievers on the embedded demo data and print the comparison."""
     from dtdr_agents.datasets.split import split_demonstrations
     from dtdr_agents.datasets.synthetic import make_demo_dataset
     from dtdr_agents.encoders import get_encoder
@@ -199,7 +199,9 @@ def _speed_scale(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any) -> None:
     """Register `demo`, `fit`, `rank` and `speed`."""
-    demo = sub.add_parser("demo", help="fit DR, LR, DTDR-C and DTDR-L on embedded data and compare")
+    demo = sub.add_parser(
+        "demo", help="fit DR, LR, DTDR-C, DTDR-L and hybrid on embedded data and compare"
+    )
     demo.add_argument("--json", help="also write the results as JSON to this file")
     demo.add_argument(
         "--n", type=int, default=2400, help="demonstrations to generate (default 2400)"
