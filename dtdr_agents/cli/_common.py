@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dtdr_agents.errors import DTDRError
+
+if TYPE_CHECKING:
+    from dtdr_agents.datasets.base import Dataset
 
 
 class CLIError(DTDRError):
@@ -97,3 +101,46 @@ def split_ids(text: str | None, default: Sequence[str]) -> list[str]:
     if not ids:
         raise CLIError(f"no ids in {text!r}")
     return ids
+
+
+def add_split_arguments(parser: argparse.ArgumentParser) -> None:
+    """The dataset options of the commands that fit on one split and score on another."""
+    parser.add_argument(
+        "--dataset",
+        required=True,
+        help="demo, taskbench, sealtools, nestful, rectools, metatool, toolret, tinyagent, jsonl",
+    )
+    parser.add_argument("--path", help="dataset file or folder")
+    parser.add_argument("--tools", help="tools file (jsonl datasets)")
+    parser.add_argument("--split", help="published split to load (e.g. glaive for nestful)")
+    parser.add_argument("--train-split", help="published split used as demonstrations (e.g. dev)")
+    parser.add_argument("--test-split", help="published split used as test (e.g. test_in_domain)")
+    parser.add_argument("--limit", type=positive_int, help="use only the first N samples")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip-bad", action="store_true", help="skip malformed lines (counted)")
+
+
+def load_split(args: argparse.Namespace) -> tuple[Dataset, Dataset]:
+    """(demonstrations, test) as `add_split_arguments` describes; loader problems are printed."""
+    from dtdr_agents.datasets import load_train_test
+    from dtdr_agents.datasets.stats import problem_summary
+
+    kwargs: dict[str, Any] = {"skip_bad": args.skip_bad, "limit": args.limit}
+    if args.tools:
+        kwargs["tools_path"] = args.tools
+    if args.split:
+        kwargs["split"] = args.split
+    train, test = load_train_test(
+        args.dataset,
+        args.path,
+        seed=args.seed,
+        train_split=args.train_split,
+        test_split=args.test_split,
+        **kwargs,
+    )
+    problems = list(dict.fromkeys([*train.problems, *test.problems]))
+    if problems:
+        print(
+            f"loader: {problem_summary(problems)}; `dtdr-agents stats` lists them", file=sys.stderr
+        )
+    return train, test

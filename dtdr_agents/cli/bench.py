@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dtdr_agents.bench import run_ablations, run_bench
-from dtdr_agents.cli._common import CLIError, split_ids
-from dtdr_agents.datasets.stats import problem_summary
+from dtdr_agents.cli._common import CLIError, add_split_arguments, load_split, split_ids
 from dtdr_agents.encoders import default_cache_dir, get_encoder
 from dtdr_agents.planning.sources import bench_planner
 from dtdr_agents.progress import progress_bar
@@ -40,27 +39,8 @@ def read_json_report(path: str) -> dict[str, Any]:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the comparison and print/write the results."""
-    from dtdr_agents.datasets import load_train_test
-
     t_start = time.perf_counter()
-    kwargs: dict[str, Any] = {"skip_bad": args.skip_bad, "limit": args.limit}
-    if args.tools:
-        kwargs["tools_path"] = args.tools
-    if args.split:
-        kwargs["split"] = args.split
-    train, test = load_train_test(
-        args.dataset,
-        args.path,
-        seed=args.seed,
-        train_split=args.train_split,
-        test_split=args.test_split,
-        **kwargs,
-    )
-    problems = list(dict.fromkeys([*train.problems, *test.problems]))
-    if problems:
-        print(
-            f"loader: {problem_summary(problems)}; `dtdr-agents stats` lists them", file=sys.stderr
-        )
+    train, test = load_split(args)
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
     encoder = get_encoder(args.encoder, cache_dir=cache_dir)
     chat = None
@@ -161,16 +141,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def add_commands(sub: Any) -> None:
     """Register `bench`, `stats` and `report`."""
     bench = sub.add_parser("bench", help="compare retrievers on a dataset (tables, JSON, plots)")
-    bench.add_argument(
-        "--dataset",
-        required=True,
-        help="demo, taskbench, sealtools, nestful, rectools, metatool, toolret, tinyagent, jsonl",
-    )
-    bench.add_argument("--path", help="dataset file or folder")
-    bench.add_argument("--tools", help="tools file (jsonl datasets)")
-    bench.add_argument("--split", help="published split to load (e.g. glaive for nestful)")
-    bench.add_argument("--train-split", help="published split used as demonstrations (e.g. dev)")
-    bench.add_argument("--test-split", help="published split used as test (e.g. test_in_domain)")
+    add_split_arguments(bench)
     bench.add_argument(
         "--retrievers",
         help="comma-separated ids, composites as outer:base (default "
@@ -178,8 +149,6 @@ def add_commands(sub: Any) -> None:
         + ")",
     )
     bench.add_argument("--encoder", default="default")
-    bench.add_argument("--limit", type=int, help="use only the first N samples")
-    bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--json", help="write the report as JSON")
     bench.add_argument(
         "--plot", help="write a PNG (accuracy by plan length; ablations with --ablations)"
@@ -187,7 +156,6 @@ def add_commands(sub: Any) -> None:
     bench.add_argument(
         "--ablations", action="store_true", help="history length, clusters, demonstrations"
     )
-    bench.add_argument("--skip-bad", action="store_true", help="skip malformed lines (counted)")
     bench.add_argument(
         "--cache-dir", help=f"embedding cache folder (default {default_cache_dir()})"
     )

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dtdr_agents.cli._common import CLIError, split_ids
+from dtdr_agents.cli._common import CLIError, add_split_arguments, load_split, split_ids
 
 DEFAULT_RETRIEVERS = ("none", "dr", "lr", "dtdr-c", "dtdr-l")
 """The methods of the DTDR paper's Table 3 (``none`` = No ICL)."""
@@ -44,7 +44,6 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         raise CLIError("--model is required with --base-url (the model name the server serves)")
     if args.concurrency < 1 or args.k < 1 or args.max_retries < 0 or args.timeout <= 0:
         raise CLIError("--concurrency and --k must be >= 1, --max-retries >= 0, --timeout > 0")
-    from dtdr_agents.datasets import load_train_test
     from dtdr_agents.e2e import (
         StepCache,
         dry_run_report,
@@ -60,24 +59,7 @@ def cmd_e2e(args: argparse.Namespace) -> int:
 
     retrievers = split_ids(args.retrievers, DEFAULT_RETRIEVERS)
     modes = split_ids(args.modes, DEFAULT_MODES)
-    kwargs: dict[str, Any] = {"skip_bad": args.skip_bad, "limit": args.limit}
-    if args.tools:
-        kwargs["tools_path"] = args.tools
-    if args.split:
-        kwargs["split"] = args.split
-    train, test = load_train_test(
-        args.dataset,
-        args.path,
-        seed=args.seed,
-        train_split=args.train_split,
-        test_split=args.test_split,
-        **kwargs,
-    )
-    problems = list(dict.fromkeys([*train.problems, *test.problems]))
-    if problems:
-        from dtdr_agents.datasets.stats import problem_summary
-
-        print(f"loader: {problem_summary(problems)}", file=sys.stderr)
+    train, test = load_split(args)
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
     encoder = get_encoder(args.encoder, cache_dir=cache_dir)
     print(
@@ -167,15 +149,7 @@ def add_commands(sub: Any) -> None:
         "OpenAI-compatible endpoint (DTDR paper, Section 5): FSA, SR, end-of-plan accuracy, "
         "prompt tokens, latency, unbound calls, per (retriever, mode).",
     )
-    e2e.add_argument("--dataset", required=True, help="any dataset id `dtdr-agents bench` reads")
-    e2e.add_argument("--path", help="dataset file or folder")
-    e2e.add_argument("--tools", help="tools file (jsonl datasets)")
-    e2e.add_argument("--split", help="published split to load")
-    e2e.add_argument("--train-split", help="published split used as demonstrations")
-    e2e.add_argument("--test-split", help="published split used as test")
-    e2e.add_argument("--limit", type=int, help="use only the first N samples")
-    e2e.add_argument("--seed", type=int, default=0)
-    e2e.add_argument("--skip-bad", action="store_true", help="skip malformed lines (counted)")
+    add_split_arguments(e2e)
     e2e.add_argument(
         "--retrievers",
         help=f"comma-separated ids; 'none' is No ICL (default {','.join(DEFAULT_RETRIEVERS)})",
