@@ -166,11 +166,16 @@ def _open_dir(name: str | Path, parent_fd: int | None, shown: Path) -> int:
     except NotADirectoryError:
         raise ModelLoadError(f"{shown}: not a folder") from None
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ModelLoadError(
-                f"{shown}: is a symbolic link; a model folder must not link outside itself"
-            ) from None
-        raise ModelLoadError(f"{shown}: cannot open ({exc.strerror})") from None
+        raise _open_error(exc, shown) from None
+
+
+def _open_error(exc: OSError, shown: Path) -> ModelLoadError:
+    """The error for a file or folder of a model that cannot be opened."""
+    if exc.errno == errno.ELOOP:
+        return ModelLoadError(
+            f"{shown}: is a symbolic link; a model folder must not link outside itself"
+        )
+    return ModelLoadError(f"{shown}: cannot open ({exc.strerror})")
 
 
 def _read_file(dir_fd: int, name: str, shown: Path, cap: int | None) -> bytes:
@@ -180,11 +185,7 @@ def _read_file(dir_fd: int, name: str, shown: Path, cap: int | None) -> bytes:
     except FileNotFoundError:
         raise _RetryableError(f"{shown}: missing") from None
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ModelLoadError(
-                f"{shown}: is a symbolic link; a model folder must not link outside itself"
-            ) from None
-        raise ModelLoadError(f"{shown}: cannot open ({exc.strerror})") from None
+        raise _open_error(exc, shown) from None
     with os.fdopen(fd, "rb") as fh:
         info = os.fstat(fh.fileno())
         if not stat.S_ISREG(info.st_mode):
