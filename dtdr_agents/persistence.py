@@ -46,8 +46,8 @@ CHILD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 """A nested retriever's folder name: a constructor parameter name."""
 MAX_MANIFEST_BYTES = 64 * 2**20
 """Largest manifest read (a catalogue of 100,000 tools fits)."""
-READ_ATTEMPTS = 5
-"""Reads of a folder that a concurrent save replaced before the error is reported."""
+READ_RETRY_SECONDS = 10.0
+"""How long a load retries a folder that concurrent saves keep replacing before it gives up."""
 
 
 @dataclass
@@ -341,30 +341,34 @@ def read_model(path: str | Path) -> SavedModel:
 
     Every file is read through one open handle of the folder, so a save that replaces the
     folder meanwhile cannot mix two versions; a read that failed while the folder was being
-    replaced is tried again (up to `READ_ATTEMPTS` times).
+    replaced is tried again (for up to `READ_RETRY_SECONDS`).
 
     Raises:
         ModelLoadError: Naming the file (and field) when something is missing, corrupt, a
             symbolic link, or does not match its checksum.
     """
     folder = Path(path).expanduser()
-    for attempt in range(READ_ATTEMPTS):
+    start = time.monotonic()
+    deadline = start + READ_RETRY_SECONDS
+    open_deadline = start + 0.2  # a folder that stays absent is reported quickly
+    pause = 0.005
+    while True:
         try:
             fd = _open_dir(folder, None, folder)
         except _RetryableError as exc:
-            if attempt + 1 < READ_ATTEMPTS:
-                time.sleep(0.01 * (attempt + 1))
-                continue
-            raise ModelLoadError(str(exc)) from None
-        try:
-            return _read_at(fd, folder, None)
-        except _RetryableError as exc:
-            if attempt + 1 == READ_ATTEMPTS or not _replaced(folder, fd):
+            if time.monotonic() >= open_deadline:
                 raise ModelLoadError(str(exc)) from None
-        finally:
-            os.close(fd)
-        time.sleep(0.01 * (attempt + 1))
-    raise AssertionError("unreachable")  # pragma: no cover
+        else:
+            try:
+                return _read_at(fd, folder, None)
+            except _RetryableError as exc:
+                # a real defect is reported at once; a folder replaced mid-read is read again
+                if time.monotonic() >= deadline or not _replaced(folder, fd):
+                    raise ModelLoadError(str(exc)) from None
+            finally:
+                os.close(fd)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 def _replaced(folder: Path, fd: int) -> bool:
