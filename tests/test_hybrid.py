@@ -7,6 +7,7 @@ import pytest
 
 from dtdr_agents.evaluation import fit_and_evaluate
 from dtdr_agents.index import hnsw_available
+from dtdr_agents.retrievers import hybrid
 from dtdr_agents.retrievers.baselines import BM25Retriever
 from dtdr_agents.retrievers.hybrid import FEATURES, HybridRetriever
 from dtdr_agents.retrievers.linear import DTDRL
@@ -134,3 +135,41 @@ def test_large_catalogue_uses_the_hnsw_candidate_stage(encoder, demo_data, demo_
     assert ranking.explanation["candidates"] < len(tools)
     assert ranking.probabilities.sum() == pytest.approx(1.0)
     assert not ranking.top(1)[0].name.startswith("filler_")
+
+
+def _synthetic_held_out(seed: int, steps: int = 400) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Steps of varying width whose acceptable candidate is drawn from a known conditional logit."""
+    rng = np.random.default_rng(seed)
+    true_w = np.zeros(len(hybrid.FEATURES))
+    true_w[:4] = [2.0, -1.0, 0.5, 1.5]
+    feats, targets = [], []
+    for _ in range(steps):
+        x = rng.normal(size=(int(rng.integers(2, 30)), len(hybrid.FEATURES)))
+        p = np.exp(x @ true_w - (x @ true_w).max())
+        mask = np.zeros(len(x), dtype=bool)
+        mask[rng.choice(len(x), p=p / p.sum())] = True
+        feats.append(x)
+        targets.append(mask)
+    return feats, targets
+
+
+def test_combiner_recovers_the_weights_that_generated_the_choices():
+    feats, targets = _synthetic_held_out(0, steps=3000)
+    held = hybrid._HeldOut.stack(feats, targets)
+    assert not feats and not targets  # emptied: the stacked copy is the only one
+    w = hybrid._fit_combiner(held, np.zeros(len(hybrid.FEATURES)), l2=0.0)
+    np.testing.assert_allclose(w[:4], [2.0, -1.0, 0.5, 1.5], atol=0.15)
+    assert np.abs(w[4:]).max() < 0.15
+
+
+def test_combiner_l2_pulls_to_the_prior_and_beats_one_feature():
+    feats, targets = _synthetic_held_out(1, steps=50)
+    held = hybrid._HeldOut.stack(feats, targets)
+    prior = np.full(len(hybrid.FEATURES), 0.3)
+    strong = hybrid._fit_combiner(held, prior, l2=1e6)
+    np.testing.assert_allclose(strong, prior, atol=1e-3)
+    weak = hybrid._fit_combiner(held, prior, l2=0.0)
+    assert np.abs(weak - prior).max() > 0.3
+    # the held-out MRR of the fitted mix beats a single uninformative feature
+    mrr = hybrid._held_out_mrr(held, weak)
+    assert mrr["hybrid"] > mrr["dtdr-l"]

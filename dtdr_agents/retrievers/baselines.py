@@ -221,9 +221,17 @@ class BM25Retriever(ToolRetriever):
             raise ValueError(f"temperature must be > 0 or None, got {self.temperature!r}")
         self._build_index(tools)
 
-    def bm25_scores(self, query: str) -> np.ndarray:
-        """BM25 score of every fitted tool for `query` (float64, zeros when no term matches)."""
+    def bm25_scores(self, query: str, *, remember: bool = True) -> np.ndarray:
+        """BM25 score of every fitted tool for `query` (float64, zeros when no term matches).
+
+        Args:
+            query: The request.
+            remember: Keep the scores in the per-query memo. A caller that keeps what it needs
+                of them itself passes False: on large catalogues each vector is large.
+        """
         self._check_fitted()
+        if not remember:
+            return self._compute_scores(query)
         return self._memo(query, "bm25", self._compute_scores)
 
     def _compute_scores(self, query: str) -> np.ndarray:

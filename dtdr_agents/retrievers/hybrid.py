@@ -136,7 +136,7 @@ class _QueryState:
     qvec: np.ndarray
     candidates: np.ndarray  # tool rows (fit catalogue order)
     zero_shot: np.ndarray  # (len(candidates), 5): bm25_norm, bm25_rank, dense_rel, dense_rank, cos
-    bm25_full: np.ndarray  # BM25 score of every tool (for tools added to a step's candidates)
+    bm25_learned: np.ndarray  # BM25 score of the learned parts' tools (`_learned_rows`)
     bm25_max: float
     cos_max: float
     cluster: int
@@ -145,50 +145,75 @@ class _QueryState:
     neighbours: tuple[tuple[int, float], ...] = ()  # (demonstration, weight)
 
 
-def _fit_combiner(
-    feats: list[np.ndarray],
-    targets: list[np.ndarray],
-    prior: np.ndarray,
-    l2: float,
-) -> np.ndarray:
+@dataclass(frozen=True)
+class _HeldOut:
+    """The cross-fitting's held-out steps, stacked: one row per (step, candidate)."""
+
+    x: np.ndarray  # (rows, features)
+    good: np.ndarray  # (rows,): an acceptable candidate of its step
+    starts: np.ndarray  # (steps,): first row of each step
+
+    @classmethod
+    def stack(cls, feats: list[np.ndarray], targets: list[np.ndarray]) -> _HeldOut:
+        """Stack per-step matrices and masks, emptying both lists (they would double the RAM)."""
+        lengths = np.fromiter((len(f) for f in feats), dtype=np.int64, count=len(feats))
+        x = np.concatenate(feats) if feats else np.zeros((0, len(FEATURES)))
+        feats.clear()
+        good = np.concatenate(targets) if targets else np.zeros(0, dtype=bool)
+        targets.clear()
+        return cls(x, good, np.cumsum(lengths) - lengths)
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.starts)
+
+    def step_of_row(self) -> np.ndarray:
+        """Each row's step."""
+        lengths = np.diff(np.append(self.starts, len(self.x)))
+        return np.repeat(np.arange(self.n_steps), lengths)
+
+    def log_sum_exp(self, s: np.ndarray) -> np.ndarray:
+        """Per step, log sum exp of the row scores `s` (-inf rows count as absent)."""
+        top = np.maximum.reduceat(s, self.starts)
+        return top + np.log(np.add.reduceat(np.exp(s - top[self.step_of_row()]), self.starts))
+
+
+def _fit_combiner(held: _HeldOut, prior: np.ndarray, l2: float) -> np.ndarray:
     """Conditional-logit weights maximising log P(an acceptable candidate), L2 towards `prior`.
 
+    The loss (summed over held-out steps) and its gradient are computed in closed form on the
+    stacked rows and minimised by SciPy's L-BFGS-B: no padded (steps, widest step, features)
+    array and no autograd graph, so memory stays one copy of the features.
+
     Args:
-        feats: Per step, a (candidates, features) matrix.
-        targets: Per step, a boolean mask of the acceptable candidates (at least one True).
+        held: The held-out steps (every step has at least one acceptable candidate).
         prior: Centre of the L2 penalty.
-        l2: Penalty strength (the loss is summed over steps).
+        l2: Penalty strength.
     """
-    import torch
+    from scipy.optimize import minimize
 
-    if not feats:
+    if held.n_steps == 0:
         return prior.copy()
-    width = max(len(f) for f in feats)
-    n_feat = len(prior)
-    x = np.zeros((len(feats), width, n_feat))
-    valid = np.zeros((len(feats), width), dtype=bool)
-    good = np.zeros((len(feats), width), dtype=bool)
-    for i, (f, t) in enumerate(zip(feats, targets, strict=True)):
-        x[i, : len(f)] = f
-        valid[i, : len(f)] = True
-        good[i, : len(f)] = t
-    xt = torch.from_numpy(x)
-    valid_t = torch.from_numpy(valid)
-    good_t = torch.from_numpy(good)
-    centre = torch.from_numpy(prior.astype(np.float64))
-    w = centre.clone().requires_grad_(True)
-    opt = torch.optim.LBFGS([w], lr=1.0, max_iter=500, line_search_fn="strong_wolfe")
+    row_step = held.step_of_row()
 
-    def closure() -> torch.Tensor:
-        opt.zero_grad()
-        s = (xt @ w).masked_fill(~valid_t, float("-inf"))
-        nll = torch.logsumexp(s, dim=1) - torch.logsumexp(s.masked_fill(~good_t, float("-inf")), 1)
-        loss = nll.sum() + 0.5 * l2 * ((w - centre) ** 2).sum()
-        loss.backward()  # type: ignore[no-untyped-call]
-        return loss
+    def loss_and_grad(w: np.ndarray) -> tuple[float, np.ndarray]:
+        s = held.x @ w
+        lse_all = held.log_sum_exp(s)
+        lse_good = held.log_sum_exp(np.where(held.good, s, -np.inf))
+        p_all = np.exp(s - lse_all[row_step])
+        p_good = np.where(held.good, np.exp(s - lse_good[row_step]), 0.0)
+        d = w - prior
+        loss = float((lse_all - lse_good).sum() + 0.5 * l2 * (d @ d))
+        return loss, held.x.T @ (p_all - p_good) + l2 * d
 
-    opt.step(closure)  # type: ignore[no-untyped-call]
-    out: np.ndarray = w.detach().numpy().copy()
+    res = minimize(
+        loss_and_grad,
+        prior.astype(np.float64),
+        jac=True,
+        method="L-BFGS-B",
+        options={"maxiter": 1000},
+    )
+    out: np.ndarray = np.asarray(res.x, dtype=np.float64)
     return out
 
 
@@ -275,9 +300,11 @@ class HybridRetriever(ToolRetriever):
                         if mask.any():
                             feats.append(x)
                             targets.append(mask)
-            weights = _fit_combiner(feats, targets, prior, self.l2)
-            self.cv_["held_out_steps"] = len(feats)
-            self.cv_["held_out_mrr"] = _held_out_mrr(feats, targets, weights)
+            held_out = _HeldOut.stack(feats, targets)
+            weights = _fit_combiner(held_out, prior, self.l2)
+            self.cv_["held_out_steps"] = held_out.n_steps
+            self.cv_["held_out_mrr"] = _held_out_mrr(held_out, weights)
+            del held_out
         self.weights_ = np.asarray(weights, dtype=np.float64)
         self._fit_learned(demos, seen)
 
@@ -319,6 +346,14 @@ class HybridRetriever(ToolRetriever):
         ).fit(demos, seen)
         self._map_components()
 
+    def _learned_bm25(self, qs: _QueryState, rows: np.ndarray) -> np.ndarray:
+        """Normalised BM25 of tools the learned parts added (0 for any other tool)."""
+        if qs.bm25_max <= 0 or not len(self._learned_rows):
+            return np.zeros(len(rows))
+        at = np.minimum(np.searchsorted(self._learned_rows, rows), len(self._learned_rows) - 1)
+        known = self._learned_rows[at] == rows
+        return np.where(known, qs.bm25_learned[at], 0.0) / qs.bm25_max
+
     def _map_components(self) -> None:
         """Index maps from the learned parts' labels to ours."""
         self._chain_map = (
@@ -331,6 +366,10 @@ class HybridRetriever(ToolRetriever):
             if self.linear_ is not None
             else np.zeros(0, dtype=np.int64)
         )
+        end = len(self.labels_) - 1
+        learned = [self._chain_map, self._linear_map, *getattr(self, "knn_plans_", [])]
+        rows = np.unique(np.concatenate([*learned, np.zeros(0, dtype=np.int64)]))
+        self._learned_rows = rows[rows != end]  # sorted: `_learned_bm25` bisects it
 
     # ---------------------------------------------------------------------------- features
     def _query_state(self, query: str) -> _QueryState:
@@ -340,7 +379,7 @@ class HybridRetriever(ToolRetriever):
         qvec = self._query_vector(query).astype(np.float32)
         c = self.candidates
         n = len(self.fit_tools_)
-        bm25 = self.bm25_.bm25_scores(query)
+        bm25 = self.bm25_.bm25_scores(query, remember=False)  # ours is the only memo
         positive = int((bm25 > 0).sum())
         k_b = min(c, positive)
         if k_b:
@@ -376,7 +415,12 @@ class HybridRetriever(ToolRetriever):
             top = np.argpartition(-sims, k - 1)[:k]
             w = softmax(sims[top] / KNN_TEMPERATURE)
             neighbours = tuple((int(j), float(v)) for j, v in zip(top, w, strict=True))
-        return _QueryState(qvec, cands, zs, bm25, bm_max, cos_max, cluster, far, note, neighbours)
+        # Only the learned parts add tools to a step beyond these candidates, so only their
+        # tools' BM25 scores are kept: not a catalogue-sized vector per remembered request.
+        bm25_learned = bm25[self._learned_rows]
+        return _QueryState(
+            qvec, cands, zs, bm25_learned, bm_max, cos_max, cluster, far, note, neighbours
+        )
 
     def _knn(
         self, qs: _QueryState, history: tuple[str, ...]
@@ -500,9 +544,7 @@ class HybridRetriever(ToolRetriever):
         if n_c > n_q:
             added = cands[n_q:]
             assert self.tool_embeddings_ is not None
-            x[n_q:n_c, _F["bm25_norm"]] = (
-                qs.bm25_full[added] / qs.bm25_max if qs.bm25_max > 0 else 0.0
-            )
+            x[n_q:n_c, _F["bm25_norm"]] = self._learned_bm25(qs, added)
             x[n_q:n_c, _F["bm25_rank"]] = -np.log1p(self.candidates)
             x[n_q:n_c, _F["dense_rel"]] = self.tool_embeddings_[added] @ qs.qvec - qs.cos_max
             x[n_q:n_c, _F["dense_rank"]] = -np.log1p(self.candidates)
@@ -687,9 +729,7 @@ class HybridRetriever(ToolRetriever):
         part.set_tools(tools)
 
 
-def _held_out_mrr(
-    feats: Sequence[np.ndarray], targets: Sequence[np.ndarray], weights: np.ndarray
-) -> dict[str, float]:
+def _held_out_mrr(held: _HeldOut, weights: np.ndarray) -> dict[str, float]:
     """Held-out MRR of the combiner and of single features (over candidates), for the record."""
     cols = {
         "hybrid": None,
@@ -698,13 +738,15 @@ def _held_out_mrr(
         "dtdr-c chain": _F["chain_cluster"],
         "dtdr-l": _F["dtdr_l"],
     }
+    if held.n_steps == 0:
+        return dict.fromkeys(cols, 0.0)
+    mixed = held.x @ weights
+    row_step = held.step_of_row()
     out: dict[str, float] = {}
     for name, col in cols.items():
-        rr = []
-        for x, t in zip(feats, targets, strict=True):
-            s = x @ weights if col is None else x[:, col] + 1e-9 * (x @ weights)
-            order = np.argsort(-s, kind="stable")
-            first = int(np.flatnonzero(t[order])[0])
-            rr.append(1.0 / (first + 1))
-        out[name] = round(float(np.mean(rr)), 4) if rr else 0.0
+        s = mixed if col is None else held.x[:, col] + 1e-9 * mixed
+        # rank of a step's best acceptable candidate = 1 + candidates scored strictly above it
+        best = np.maximum.reduceat(np.where(held.good, s, -np.inf), held.starts)
+        above = np.add.reduceat((s > best[row_step]).astype(np.int64), held.starts)
+        out[name] = round(float(np.mean(1.0 / (above + 1))), 4)
     return out
