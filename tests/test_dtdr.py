@@ -7,6 +7,7 @@ import pytest
 
 from dtdr_agents import DTDRC, DTDRL, END_OF_PLAN, Demonstration, StaticDR, StaticLR, Tool, Toolset
 from dtdr_agents.evaluation import fit_and_evaluate
+from dtdr_agents.retrievers import linear
 from dtdr_agents.retrievers.linear import init_linear, train_linear
 from dtdr_agents.retrievers.markov import START, MarkovTables, history_key
 from dtdr_agents.selection import SelectionPolicy, select
@@ -124,8 +125,11 @@ def test_out_of_distribution_query_falls_back_to_all_tools(encoder, demo_data, d
         assert in_dist < 0.1, (type(model).__name__, in_dist)
 
 
-def test_train_linear_matches_torch_adam():
+@pytest.mark.parametrize("block_bytes", [linear.BLOCK_BYTES, 4 * 8 * 3])
+def test_train_linear_matches_torch_adam(monkeypatch, block_bytes):
+    """Also when the labels are trained in blocks (here of 3 and then 1 label)."""
     torch = pytest.importorskip("torch")
+    monkeypatch.setattr(linear, "BLOCK_BYTES", block_bytes)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(60, 8)).astype(np.float32)
     y = (rng.random((60, 4)) < 0.3).astype(np.float32)
