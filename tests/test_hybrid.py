@@ -173,3 +173,49 @@ def test_combiner_l2_pulls_to_the_prior_and_beats_one_feature():
     # the held-out MRR of the fitted mix beats a single uninformative feature
     mrr = hybrid._held_out_mrr(held, weak)
     assert mrr["hybrid"] > mrr["dtdr-l"]
+
+
+def test_request_clauses_split_sub_goals():
+    query = (
+        "Translate the review into French, then summarize the translated review. "
+        "Finally email the summary to my boss; ok"
+    )
+    assert hybrid.request_clauses(query) == [
+        "Translate the review into French",
+        "summarize the translated review",
+        "Finally email the summary to my boss",
+    ]  # "ok" has fewer than three words
+    assert hybrid.request_clauses("weather in Paris") == ["weather in Paris"]
+    assert len(hybrid.request_clauses(". ".join(["say hello there"] * 40), limit=5)) == 5
+
+
+def test_clause_features_follow_the_sub_goals_left(encoder):
+    tools = Toolset(
+        [
+            {"name": "translate_text", "description": "Translate text into another language"},
+            {"name": "summarize_text", "description": "Summarize a long text into a few lines"},
+            {"name": "send_email", "description": "Send an email message to a contact"},
+            {"name": "get_weather", "description": "Current weather forecast for a city"},
+        ]
+    )
+    model = HybridRetriever(encoder=encoder).fit([], tools)
+    query = "Translate my review into German, and then summarize it in a few short lines"
+    col = {name: FEATURES.index(name) for name in ("clause_open", "clause_next", "clause_rel")}
+
+    def row(history, tool):
+        labels, x = model._step_features(query, history)
+        return x[list(labels).index(model._label_index[tool])]
+
+    first_t, first_s = row((), "translate_text"), row((), "summarize_text")
+    after_t, after_s = (
+        row(("translate_text",), "translate_text"),
+        row(("translate_text",), "summarize_text"),
+    )
+    assert first_t[col["clause_next"]] > first_s[col["clause_next"]]  # clause 1 is translation
+    assert after_s[col["clause_next"]] > after_t[col["clause_next"]]  # clause 2 is the summary
+    # once translated, the translation clause is covered: its tool loses more than the summary's
+    assert first_t[col["clause_open"]] - after_t[col["clause_open"]] > (
+        first_s[col["clause_open"]] - after_s[col["clause_open"]]
+    )
+    assert after_s[col["clause_rel"]] == pytest.approx(first_s[col["clause_rel"]])
+    assert row((), "get_weather")[col["clause_rel"]] < first_s[col["clause_rel"]]

@@ -1,7 +1,8 @@
 """`hybrid`: zero-shot relevance and learned tool dependencies, mixed by a calibrated combiner.
 
 Zero-shot evidence ranks every tool, demonstrated or not: BM25 over names and descriptions
-(`BM25Retriever`) and the cosine similarity of query and tool description embeddings. Learned,
+(`BM25Retriever`), the cosine similarity of query and tool description embeddings, and the
+request's clauses (its sub-goals) against the calls made so far (`request_clauses`). Learned,
 history-aware evidence comes from the demonstrations: the Markov chains of DTDR-C (its cluster
 chain and its all-demonstrations chain, with how often the history key was seen) and the
 structured-history DTDR-L. Both learned parts are the existing classes, fitted on the tools the
@@ -28,6 +29,7 @@ beyond filling the output vector.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -67,6 +69,10 @@ FEATURES: tuple[str, ...] = (
     "last_call_sim",
     "knn_plan",
     "knn_next",
+    # the request's clauses (its sub-goals) against the calls made so far
+    "clause_rel",
+    "clause_open",
+    "clause_next",
     # end-of-plan
     "end",
     "end_chain_cluster",
@@ -116,6 +122,26 @@ KNN_TEMPERATURE = 0.05
 """Softmax temperature of the neighbours' weights over their cosine similarities."""
 
 
+MAX_CLAUSES = 16
+"""Clauses of a request kept for the `clause_*` features (the first ones)."""
+
+_CLAUSE_SPLIT = re.compile(
+    r"[.;!?]+\s+|,?\s+(?:and then|then|after that|afterwards|finally|next|and)\s+|,\s+",
+    re.IGNORECASE,
+)
+
+
+def request_clauses(query: str, limit: int = MAX_CLAUSES) -> list[str]:
+    """The request split into clauses of at least three words (sentences, "then", "and").
+
+    A multi-step request usually states one sub-goal per clause; the `clause_*` features ask
+    which clauses the calls so far have not covered. A request without such a split is one
+    clause.
+    """
+    parts = [p.strip() for p in _CLAUSE_SPLIT.split(query) if p and len(p.split()) >= 3]
+    return parts[:limit] or [query]
+
+
 CandidateSource = Callable[[str, int], Sequence[tuple[str, float]]]
 """An external candidate stage: (query, k) -> up to k (tool name, similarity), best first.
 
@@ -143,6 +169,7 @@ class _QueryState:
     cluster_far: float
     source_note: str | None = None
     neighbours: tuple[tuple[int, float], ...] = ()  # (demonstration, weight)
+    clauses: np.ndarray | None = None  # (clauses, dim) embeddings of `request_clauses`
 
 
 @dataclass(frozen=True)
@@ -418,8 +445,13 @@ class HybridRetriever(ToolRetriever):
         # Only the learned parts add tools to a step beyond these candidates, so only their
         # tools' BM25 scores are kept: not a catalogue-sized vector per remembered request.
         bm25_learned = bm25[self._learned_rows]
+        parts = request_clauses(query)
+        assert self.encoder_ is not None
+        clauses = (
+            qvec[None, :] if len(parts) == 1 else self.encoder_.encode(parts).astype(np.float32)
+        )
         return _QueryState(
-            qvec, cands, zs, bm25_learned, bm_max, cos_max, cluster, far, note, neighbours
+            qvec, cands, zs, bm25_learned, bm_max, cos_max, cluster, far, note, neighbours, clauses
         )
 
     def _knn(
@@ -597,6 +629,7 @@ class HybridRetriever(ToolRetriever):
                 x[:n_c, _F["last_call_sim"]] = (
                     self.tool_embeddings_[cands] @ self.tool_embeddings_[last]
                 )
+        self._clause_features(qs, history, cands, x)
         x[n_c, _F["end_n_calls"]] = np.log1p(len(history))
         x[n_c, _F["end_first_step"]] = float(not history)
         x[n_c, _F["end_knn"]] = end_vote
@@ -605,6 +638,36 @@ class HybridRetriever(ToolRetriever):
                 if t in pos and t != end:
                     x[pos[t], col] = v
         return labels, x
+
+    def _clause_features(
+        self, qs: _QueryState, history: tuple[str, ...], cands: np.ndarray, x: np.ndarray
+    ) -> None:
+        """Fill the `clause_*` columns of the candidates' rows of `x` (in place).
+
+        `clause_rel`: the candidate's best similarity to any clause of the request.
+        `clause_open`: the same, each clause discounted by how well the calls so far already
+        match it (a sub-goal that is done). `clause_next`: similarity to the clause whose
+        position is the number of calls so far (requests often list steps in order).
+        """
+        assert self.tool_embeddings_ is not None and qs.clauses is not None
+        sims = self.tool_embeddings_[cands] @ qs.clauses.T  # (candidates, clauses)
+        if not sims.size:
+            return
+        n_c = len(cands)
+        x[:n_c, _F["clause_rel"]] = sims.max(axis=1)
+        rows = [
+            r
+            for r in (self._label_index.get(h, -1) for h in history)
+            if 0 <= r < len(self.fit_tools_)
+        ]
+        covered = (
+            (self.tool_embeddings_[rows] @ qs.clauses.T).max(axis=0)
+            if rows
+            else np.zeros(sims.shape[1])
+        )
+        x[:n_c, _F["clause_open"]] = (sims * (1.0 - np.clip(covered, 0.0, 1.0))).max(axis=1)
+        if len(history) < sims.shape[1]:
+            x[:n_c, _F["clause_next"]] = sims[:, len(history)]
 
     # ------------------------------------------------------------------------------ scoring
     def _score(self, query: str, history: tuple[str, ...]) -> Scores:
