@@ -91,17 +91,55 @@ def _mrr(model: ToolRetriever, train: Sequence[Demonstration], test: Dataset) ->
     return float(result.metrics.get("mrr", float("nan")))
 
 
-def run_ablations(train: Dataset, test: Dataset, *, encoder: Encoder, seed: int) -> dict[str, Any]:
+ABLATIONS: tuple[str, ...] = ("history_length", "n_clusters", "n_demos")
+"""The ablations `run_ablations` can run (`n_demos` is the learning curve)."""
+
+LEARNING_CURVE_SIZES: tuple[int, ...] = (0, 10, 50, 100, 300, 1000, 3000)
+"""Demonstration counts of the learning curve (plus all of them)."""
+
+
+def run_ablations(
+    train: Dataset,
+    test: Dataset,
+    *,
+    encoder: Encoder,
+    seed: int,
+    which: Sequence[str] = ABLATIONS,
+) -> dict[str, Any]:
     """MRR of DTDR-C and DTDR-L by history length, clusters and demonstrations (Figure 6).
 
-    The demonstrations ablation is also the learning curve (0, 10, 50, 100, 300, ..., all) of
-    the zero-shot (`bm25`, `qts`), learned (`dtdr-c`, `dtdr-l-s`) and `hybrid` retrievers.
+    The demonstrations ablation (`n_demos`) is also the learning curve (0, 10, 50, 100, 300,
+    ..., all: the first N demonstrations) of the zero-shot (`bm25`, `qts`), learned (`dtdr-c`,
+    `dtdr-l-s`) and `hybrid` retrievers. `which` picks ablations from `ABLATIONS`.
     """
-    from dtdr_agents.retrievers import DTDRC, DTDRL
+    from dtdr_agents.retrievers import DTDRC
 
+    unknown = [w for w in which if w not in ABLATIONS]
+    if unknown or not which:
+        raise ValueError(f"ablations must be among {', '.join(ABLATIONS)}, got {list(which)}")
     demos = list(train.demos)
     n = len(demos)
-    out: dict[str, Any] = {"history_length": {}, "n_clusters": {}, "n_demos": {}}
+    out: dict[str, Any] = {key: {} for key in ABLATIONS if key in which}
+    if "history_length" in which:
+        _history_length_ablation(out, demos, test, encoder, seed)
+    if "n_clusters" in which:
+        for k in sorted(
+            {1, 2, 5, 10, 20, max(1, n // 20), max(1, n // 10), max(1, n // 5), max(1, n // 2)}
+        ):
+            if k <= n:
+                out["n_clusters"][k] = {
+                    "dtdr-c": _mrr(DTDRC(n_clusters=k, encoder=encoder, seed=seed), demos, test)
+                }
+    if "n_demos" in which:
+        _learning_curve(out, demos, test, encoder, seed)
+    return out
+
+
+def _history_length_ablation(
+    out: dict[str, Any], demos: list[Demonstration], test: Dataset, encoder: Encoder, seed: int
+) -> None:
+    from dtdr_agents.retrievers import DTDRC, DTDRL
+
     for length in range(6):
         out["history_length"][length] = {
             "dtdr-c": _mrr(DTDRC(order=length, encoder=encoder, seed=seed), demos, test),
@@ -112,18 +150,17 @@ def run_ablations(train: Dataset, test: Dataset, *, encoder: Encoder, seed: int)
             ),
         }
         print(f"ablation history length {length}: {out['history_length'][length]}", file=sys.stderr)
-    for k in sorted(
-        {1, 2, 5, 10, 20, max(1, n // 20), max(1, n // 10), max(1, n // 5), max(1, n // 2)}
-    ):
-        if k > n:
-            continue
-        out["n_clusters"][k] = {
-            "dtdr-c": _mrr(DTDRC(n_clusters=k, encoder=encoder, seed=seed), demos, test)
-        }
+
+
+def _learning_curve(
+    out: dict[str, Any], demos: list[Demonstration], test: Dataset, encoder: Encoder, seed: int
+) -> None:
+    from dtdr_agents.retrievers import DTDRC, DTDRL
     from dtdr_agents.retrievers.baselines import BM25Retriever, QTSRetriever
     from dtdr_agents.retrievers.hybrid import HybridRetriever
 
-    for size in sorted({s for s in (0, 10, 50, 100, 300, 1000, 3000, n) if s <= n}):
+    n = len(demos)
+    for size in sorted({s for s in (*LEARNING_CURVE_SIZES, n) if s <= n}):
         sub = demos[:size]  # the learning curve: zero-shot, learned and hybrid
         row = {"hybrid": _mrr(HybridRetriever(encoder=encoder, seed=seed), sub, test)}
         if size:  # the others need at least one demonstration (end-of-plan rate, training)
@@ -135,4 +172,3 @@ def run_ablations(train: Dataset, test: Dataset, *, encoder: Encoder, seed: int)
             )
         out["n_demos"][size] = row
         print(f"ablation demonstrations {size}: {out['n_demos'][size]}", file=sys.stderr)
-    return out

@@ -5,16 +5,32 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dtdr_agents.report import ABLATION_TITLES
+
 
 def plot_report(report: dict[str, Any], path: str | Path) -> Path:
     """PNG: top-1 by plan length per retriever, and the ablations when present."""
+    import matplotlib.pyplot as plt
+
+    fig = report_figure(report)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(out)
+    return out
+
+
+def report_figure(report: dict[str, Any]) -> Any:
+    """The matplotlib figure of `plot_report` (one panel per ablation present); close it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ablations = report.get("ablations")
-    panels = 4 if ablations else 1
+    ablations = {k: v for k, v in (report.get("ablations") or {}).items() if v}
+    panels = 1 + len(ablations)
     fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4), squeeze=False)
     palette = plt.get_cmap("tab20")
     for axis in axes[0]:
@@ -30,12 +46,8 @@ def plot_report(report: dict[str, Any], path: str | Path) -> Path:
     ax.set_title(f"{report['dataset']}: accuracy by plan length")
     ax.legend(fontsize=7)
     if ablations:
-        for ax, key, label in zip(
-            axes[0][1:],
-            ("history_length", "n_clusters", "n_demos"),
-            ("history length", "k-means clusters", "demonstrations"),
-            strict=True,
-        ):
+        shown = [(key, label) for key, label in ABLATION_TITLES if key in ablations]
+        for ax, (key, label) in zip(axes[0][1:], shown, strict=True):
             series: dict[str, list[tuple[float, float]]] = {}
             for x, values in ablations[key].items():
                 for rid, mrr in values.items():
@@ -43,17 +55,13 @@ def plot_report(report: dict[str, Any], path: str | Path) -> Path:
             for rid, points in series.items():
                 points.sort()
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=rid)
-            if key != "history_length":
+            if key == "n_clusters":
                 ax.set_xscale("log")
+            elif key == "n_demos":  # linear up to 10, so the zero-demonstration point shows
+                ax.set_xscale("symlog", linthresh=10)
             ax.set_xlabel(label)
             ax.set_ylabel("MRR")
             ax.set_title(f"ablation: {label}")
             ax.legend(fontsize=7)
     fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(out)
-    return out
+    return fig

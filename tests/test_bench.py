@@ -125,3 +125,45 @@ def test_a_failing_retriever_keeps_its_results_so_far(encoder, demo_data, demo_s
     assert result.error and "backend down" in result.error
     assert result.n_queries == 5 and result.n_steps > 0
     assert 0.0 <= result.metrics["mrr"] <= 1.0
+
+
+def test_learning_curve_rows_and_plot(encoder, demo_data):
+    import dataclasses
+
+    import matplotlib.pyplot as plt
+
+    from dtdr_agents.bench import run_ablations
+    from dtdr_agents.plots import report_figure
+
+    demos = list(demo_data.demos)
+    train = dataclasses.replace(demo_data, demos=demos[:60])
+    test = dataclasses.replace(demo_data, demos=demos[300:330])
+    out = run_ablations(train, test, encoder=encoder, seed=0, which=("n_demos",))
+    assert list(out) == ["n_demos"]
+    rows = out["n_demos"]
+    assert list(rows) == [0, 10, 50, 60]  # the sizes up to the training split, then all of it
+    assert set(rows[0]) == {"hybrid"}  # only hybrid fits on zero demonstrations
+    for size in (10, 50, 60):
+        assert set(rows[size]) == {"hybrid", "bm25", "qts", "dtdr-c", "dtdr-l-s"}
+    assert all(0.0 < v <= 1.0 for row in rows.values() for v in row.values())
+    # demonstrations help the learned retrievers on this data
+    assert rows[60]["dtdr-l-s"] > rows[10]["dtdr-l-s"]
+    assert rows[60]["hybrid"] > rows[0]["hybrid"]
+    with pytest.raises(ValueError, match="ablations must be among"):
+        run_ablations(train, test, encoder=encoder, seed=0, which=("bogus",))
+
+    report = {"dataset": "demo", "results": {}, "ablations": out}
+    fig = report_figure(report)
+    try:
+        curve = fig.axes[1]
+        assert curve.get_xscale() == "symlog"
+        xs = {float(x) for line in curve.get_lines() for x in line.get_xdata()}
+        assert 0.0 in xs and curve.get_xlim()[0] <= 0.0  # the zero-demonstration point shows
+    finally:
+        plt.close(fig)
+
+
+def test_unknown_ablation_is_a_cli_error(capsys):
+    code = main(["bench", "--dataset", "demo", "--ablations", "n_demos,depth", "-q"])
+    assert code == 2
+    assert "--ablations: unknown depth" in capsys.readouterr().err

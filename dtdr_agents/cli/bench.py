@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dtdr_agents.bench import run_ablations, run_bench
+from dtdr_agents.bench import ABLATIONS, run_ablations, run_bench
 from dtdr_agents.cli._common import CLIError, add_split_arguments, load_split, split_ids
 from dtdr_agents.encoders import default_cache_dir, get_encoder
 from dtdr_agents.planning.sources import bench_planner
@@ -40,6 +40,12 @@ def read_json_report(path: str) -> dict[str, Any]:
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the comparison and print/write the results."""
     t_start = time.perf_counter()
+    ablations = split_ids(args.ablations, ABLATIONS) if args.ablations else []
+    unknown = [a for a in ablations if a not in ABLATIONS]
+    if unknown:
+        raise CLIError(
+            f"--ablations: unknown {', '.join(unknown)}; choose from {', '.join(ABLATIONS)}"
+        )
     train, test = load_split(args)
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
     encoder = get_encoder(args.encoder, cache_dir=cache_dir)
@@ -84,7 +90,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if uses_planner:
         extra["planner"] = planning.to_json()
     if args.ablations:
-        extra["ablations"] = run_ablations(train, test, encoder=encoder, seed=args.seed)
+        extra["ablations"] = run_ablations(
+            train, test, encoder=encoder, seed=args.seed, which=ablations
+        )
     report = build_report(
         dataset=train.name,
         n_train=len(train.demos),
@@ -154,7 +162,12 @@ def add_commands(sub: Any) -> None:
         "--plot", help="write a PNG (accuracy by plan length; ablations with --ablations)"
     )
     bench.add_argument(
-        "--ablations", action="store_true", help="history length, clusters, demonstrations"
+        "--ablations",
+        nargs="?",
+        const=",".join(ABLATIONS),
+        metavar="LIST",
+        help="run ablations: " + ",".join(ABLATIONS) + " (all when LIST is omitted; "
+        "n_demos is the learning curve)",
     )
     bench.add_argument(
         "--cache-dir", help=f"embedding cache folder (default {default_cache_dir()})"
