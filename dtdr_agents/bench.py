@@ -10,6 +10,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from dtdr_agents.datasets.base import Dataset
 from dtdr_agents.encoders import Encoder
 from dtdr_agents.evaluation import EvalResult, fit_and_evaluate
@@ -109,8 +111,10 @@ def run_ablations(
     """MRR of DTDR-C and DTDR-L by history length, clusters and demonstrations (Figure 6).
 
     The demonstrations ablation (`n_demos`) is also the learning curve (0, 10, 50, 100, 300,
-    ..., all: the first N demonstrations) of the zero-shot (`bm25`, `qts`), learned (`dtdr-c`,
-    `dtdr-l-s`) and `hybrid` retrievers. `which` picks ablations from `ABLATIONS`.
+    ..., all) of the zero-shot (`bm25`, `qts`), learned (`dtdr-c`, `dtdr-l-s`) and `hybrid`
+    retrievers, on nested seeded random samples of the training split (not its first N: a
+    file sorted by plan length, like Seal-Tools' `dev`, would start with one-call plans only).
+    `which` picks ablations from `ABLATIONS`.
     """
     from dtdr_agents.retrievers import DTDRC
 
@@ -160,8 +164,9 @@ def _learning_curve(
     from dtdr_agents.retrievers.hybrid import HybridRetriever
 
     n = len(demos)
+    order = np.random.default_rng(seed).permutation(n)  # nested samples: 10 within 50 within ...
     for size in sorted({s for s in (*LEARNING_CURVE_SIZES, n) if s <= n}):
-        sub = demos[:size]  # the learning curve: zero-shot, learned and hybrid
+        sub = [demos[i] for i in sorted(order[:size])]  # in file order
         row = {"hybrid": _mrr(HybridRetriever(encoder=encoder, seed=seed), sub, test)}
         if size:  # the others need at least one demonstration (end-of-plan rate, training)
             row["bm25"] = _mrr(BM25Retriever(), sub, test)
