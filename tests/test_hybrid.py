@@ -219,3 +219,22 @@ def test_clause_features_follow_the_sub_goals_left(encoder):
     )
     assert after_s[col["clause_rel"]] == pytest.approx(first_s[col["clause_rel"]])
     assert row((), "get_weather")[col["clause_rel"]] < first_s[col["clause_rel"]]
+
+
+def test_clause_features_can_be_turned_off_and_stay_off_after_load(encoder, tmp_path):
+    tools = Toolset(
+        [
+            {"name": "translate_text", "description": "Translate text into another language"},
+            {"name": "summarize_text", "description": "Summarize a long text into a few lines"},
+        ]
+    )
+    model = HybridRetriever(encoder=encoder, clauses=False).fit([], tools)
+    cols = [FEATURES.index(n) for n in ("clause_rel", "clause_open", "clause_next")]
+    query = "Translate my review into German, and then summarize it in a few short lines"
+    assert not model._step_features(query, ())[1][:, cols].any()
+    model.save(tmp_path / "m")
+    loaded = HybridRetriever.load(tmp_path / "m", encoder=encoder)
+    assert loaded.clauses is False
+    assert not loaded._step_features(query, ())[1][:, cols].any()
+    on = HybridRetriever(encoder=encoder).fit([], tools)
+    assert on._step_features(query, ())[1][:, cols].any()
