@@ -189,11 +189,16 @@ def test_request_clauses_split_sub_goals():
     assert len(hybrid.request_clauses(". ".join(["say hello there"] * 40), limit=5)) == 5
 
 
+CLAUSE_TOOLS = [
+    {"name": "translate_text", "description": "Translate text into another language"},
+    {"name": "summarize_text", "description": "Summarize a long text into a few lines"},
+]
+
+
 def test_clause_features_follow_the_sub_goals_left(encoder):
     tools = Toolset(
         [
-            {"name": "translate_text", "description": "Translate text into another language"},
-            {"name": "summarize_text", "description": "Summarize a long text into a few lines"},
+            *CLAUSE_TOOLS,
             {"name": "send_email", "description": "Send an email message to a contact"},
             {"name": "get_weather", "description": "Current weather forecast for a city"},
         ]
@@ -222,12 +227,7 @@ def test_clause_features_follow_the_sub_goals_left(encoder):
 
 
 def test_clause_features_can_be_turned_off_and_stay_off_after_load(encoder, tmp_path):
-    tools = Toolset(
-        [
-            {"name": "translate_text", "description": "Translate text into another language"},
-            {"name": "summarize_text", "description": "Summarize a long text into a few lines"},
-        ]
-    )
+    tools = Toolset(CLAUSE_TOOLS)
     model = HybridRetriever(encoder=encoder, clauses=False).fit([], tools)
     cols = [FEATURES.index(n) for n in ("clause_rel", "clause_open", "clause_next")]
     query = "Translate my review into German, and then summarize it in a few short lines"
