@@ -137,8 +137,9 @@ def train_linear(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for start in range(0, n_out, block_rows(n_in)):
-            stop = min(start + block_rows(n_in), n_out)
+        rows = block_rows(n_in)
+        for start in range(0, n_out, rows):
+            stop = min(start + rows, n_out)
             _adam_epochs(
                 xt,
                 torch.from_numpy(np.ascontiguousarray(y[:, start:stop])),
