@@ -139,6 +139,16 @@ def _mcp_error(message: str, code: int = types.INTERNAL_ERROR) -> MCPError:
     return MCPError(code=code, message=message)
 
 
+def _required_text(value: Any, tool: str, field: str, what: str = "") -> str:
+    """`value` stripped, or an INVALID_PARAMS error naming the tool and the field."""
+    if not isinstance(value, str) or not value.strip():
+        raise _mcp_error(
+            f"{tool} needs a non-empty '{field}' string{what}, got {value!r}",
+            types.INVALID_PARAMS,
+        )
+    return value.strip()
+
+
 # ---------------------------------------------------------------------------------- upstream
 class Upstream:
     """The connection to the upstream MCP server (or why there is none).
@@ -332,12 +342,7 @@ class ProxySession:
         Raises:
             MCPError: The request is missing or empty.
         """
-        if not isinstance(request, str) or not request.strip():
-            raise _mcp_error(
-                f"{SET_TASK} needs a non-empty 'request' string (the user's task), got {request!r}",
-                types.INVALID_PARAMS,
-            )
-        self.request = request.strip()
+        self.request = _required_text(request, SET_TASK, "request", " (the user's task)")
         self.history = []
         self.found = ()
         self.step = None
@@ -351,12 +356,7 @@ class ProxySession:
         Raises:
             MCPError: The query is missing or empty.
         """
-        if not isinstance(query, str) or not query.strip():
-            raise _mcp_error(
-                f"{SEARCH_TOOLS} needs a non-empty 'query' string, got {query!r}",
-                types.INVALID_PARAMS,
-            )
-        ranking = self.selector.retriever.rank(query.strip(), ())
+        ranking = self.selector.retriever.rank(_required_text(query, SEARCH_TOOLS, "query"), ())
         sel = select(ranking, SelectionPolicy(k=self.search_k, respect_fallback=False))
         self.found = sel.names
         lines = [
