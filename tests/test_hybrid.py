@@ -175,6 +175,27 @@ def test_combiner_l2_pulls_to_the_prior_and_beats_one_feature():
     assert mrr["hybrid"] > mrr["dtdr-l"]
 
 
+def test_cross_fitting_parts_know_only_the_training_folds_tools(encoder, monkeypatch):
+    # A held-out target in the parts' label sets would be one of the few candidates they
+    # score: the combiner would learn to trust them for tools they never saw called.
+    tools = Toolset(
+        [{"name": f"tool_{i}", "description": f"does task number {i} for a user"} for i in range(8)]
+    )
+    demos = [Demonstration(f"please do task {i}", (f"tool_{i}",)) for i in range(8)]
+    fits: list[tuple[set[str], set[str]]] = []
+    original = HybridRetriever._fit_learned
+
+    def spy(self, train, seen, seed=None):
+        fits.append(({c for d in train for c in d.calls}, set(seen.names)))
+        return original(self, train, seen, seed=seed)
+
+    monkeypatch.setattr(HybridRetriever, "_fit_learned", spy)
+    HybridRetriever(encoder=encoder, n_folds=4).fit(demos, tools)
+    assert len(fits) == 5  # four folds, then all demonstrations
+    for called, known in fits:
+        assert known == called
+
+
 def test_request_clauses_split_sub_goals():
     query = (
         "Translate the review into French, then summarize the translated review. "

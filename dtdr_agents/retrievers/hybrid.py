@@ -326,7 +326,12 @@ class HybridRetriever(ToolRetriever):
             for f in range(folds):
                 train = [d for d, k in zip(demos, fold_of, strict=True) if k != f]
                 held = [d for d, k in zip(demos, fold_of, strict=True) if k == f]
-                self._fit_learned(train, seen, seed=self.seed + 1 + f)
+                # The parts know only the training folds' tools. With every demonstration's
+                # tools in their label sets, a held-out target would be one of the few
+                # candidates they score at all, and the combiner would learn to trust them
+                # for tools they never saw called.
+                train_seen = tools.subset({c for d in train for c in d.calls})
+                self._fit_learned(train, train_seen, seed=self.seed + 1 + f)
                 for demo in held:
                     for step in demo.steps():
                         cands, x = self._step_features(demo.query, step.history)
