@@ -175,6 +175,30 @@ def test_combiner_l2_pulls_to_the_prior_and_beats_one_feature():
     assert mrr["hybrid"] > mrr["dtdr-l"]
 
 
+def test_combiner_pull_is_on_the_scores_not_the_raw_weights():
+    # Feature 1 carries the same evidence as feature 0 on a ten times larger scale. A pull on
+    # the scores shrinks both contributions alike; a plain L2 on the weights would barely
+    # touch feature 1's small weight and shrink feature 0's.
+    rng = np.random.default_rng(3)
+    feats, targets = [], []
+    for _ in range(300):
+        x = np.zeros((10, len(hybrid.FEATURES)))
+        x[:, 0] = rng.normal(size=10)
+        x[:, 1] = 10.0 * rng.normal(size=10)
+        s = x[:, 0] + 0.1 * x[:, 1]
+        p = np.exp(s - s.max())
+        mask = np.zeros(10, dtype=bool)
+        mask[rng.choice(10, p=p / p.sum())] = True
+        feats.append(x)
+        targets.append(mask)
+    held = hybrid._HeldOut.stack(feats, targets)
+    free = hybrid._fit_combiner(held, np.zeros(len(hybrid.FEATURES)), l2=0.0)
+    pulled = hybrid._fit_combiner(held, np.zeros(len(hybrid.FEATURES)), l2=300.0)
+    assert pulled[0] < 0.8 * free[0]  # the pull is felt
+    shrink = pulled[:2] / free[:2]
+    assert shrink[1] == pytest.approx(shrink[0], rel=0.15), (free, pulled)
+
+
 def test_cross_fitting_parts_know_only_the_training_folds_tools(encoder, monkeypatch):
     # A held-out target in the parts' label sets would be one of the few candidates they
     # score: the combiner would learn to trust them for tools they never saw called.
