@@ -266,8 +266,8 @@ class HybridRetriever(ToolRetriever):
         l2: Strength of the combiner's pull towards the zero-shot prior (`PRIOR_WEIGHTS`),
             on the mean squared change of a candidate's score (see `_fit_combiner`); the loss
             is summed over held-out steps, so many demonstrations outweigh it. 1, 2 and 4
-            were tried on TaskBench-HF and Seal-Tools with 10 and all demonstrations; each
-            was within 0.025 MRR of the others and 2 is the middle.
+            were tried on TaskBench-HF (10 and all demonstrations) and Seal-Tools (10, and
+            the first 100 plans); each was within 0.025 MRR of the others; 2 is the middle.
         exact_limit: Catalogues up to this size are searched exactly; beyond, an HNSW index
             (`pip install 'dtdr-agents[index]'`). None forces exact search.
         prior_weight: Weight of the query-similarity prior for tools added after fit.
