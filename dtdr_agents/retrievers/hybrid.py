@@ -101,6 +101,13 @@ End-of-plan is unlikely before the first call and likelier as calls accumulate. 
 needs no score scale, so it does not favour one of the two on catalogues where the other is
 the better zero-shot ranker (BM25 on Seal-Tools' short requests, dense on TaskBench-HF)."""
 
+RIDGE = 0.1
+"""A plain L2 on the weights added to the combiner's pull on the scores (relative to it).
+
+Without it, a feature that is small or rare on a handful of held-out steps (the neighbours'
+votes, BM25's score difference) is nearly free, and 12 demonstrations of two plans were
+enough to rank a demonstrated tool above the only relevant, never demonstrated one."""
+
 CHAIN_EPS = 1e-3
 """Chain features are `log(1 + p / CHAIN_EPS)`: 0 for tools never seen after the key."""
 
@@ -212,10 +219,10 @@ def _fit_combiner(held: _HeldOut, prior: np.ndarray, l2: float) -> np.ndarray:
 
     The pull penalises how much the weights change the scores, not the weights themselves:
     `0.5 * l2 * mean over rows of (x . (w - prior))**2`, that is `d' G d` with `G` the
-    features' second-moment matrix. A feature that is large on many rows (a rank, a chain's
-    log-probability) is held close to the prior; one that is small or rare (end-of-plan's
-    terms, a score difference) moves freely. Features on different scales are then pulled
-    alike, which a plain L2 on the weights does not do.
+    features' second-moment matrix, plus a small plain L2 (`RIDGE`). A feature that is large
+    on many rows (a rank, a chain's log-probability) is held close to the prior; one that is
+    small or rare (end-of-plan's terms, a score difference) moves more freely. Features on
+    different scales are then pulled alike, which a plain L2 on the weights does not do.
 
     The loss (summed over held-out steps) and its gradient are computed in closed form on the
     stacked rows and minimised by SciPy's L-BFGS-B: no padded (steps, widest step, features)
@@ -231,7 +238,7 @@ def _fit_combiner(held: _HeldOut, prior: np.ndarray, l2: float) -> np.ndarray:
     if held.n_steps == 0:
         return prior.copy()
     row_step = held.step_of_row
-    second_moment = held.x.T @ held.x / len(held.x)
+    second_moment = held.x.T @ held.x / len(held.x) + RIDGE * np.eye(held.x.shape[1])
 
     def loss_and_grad(w: np.ndarray) -> tuple[float, np.ndarray]:
         s = held.x @ w
@@ -267,7 +274,8 @@ class HybridRetriever(ToolRetriever):
             on the mean squared change of a candidate's score (see `_fit_combiner`); the loss
             is summed over held-out steps, so many demonstrations outweigh it. 1, 2 and 4
             were tried on TaskBench-HF (10 and all demonstrations) and Seal-Tools (10, and
-            the first 100 plans); each was within 0.025 MRR of the others; 2 is the middle.
+            the first 100 plans), without `RIDGE`; each was within 0.025 MRR of the others;
+            2 is the middle.
         exact_limit: Catalogues up to this size are searched exactly; beyond, an HNSW index
             (`pip install 'dtdr-agents[index]'`). None forces exact search.
         prior_weight: Weight of the query-similarity prior for tools added after fit.
