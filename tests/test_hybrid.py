@@ -9,6 +9,7 @@ from dtdr_agents.evaluation import fit_and_evaluate
 from dtdr_agents.index import hnsw_available
 from dtdr_agents.retrievers import hybrid
 from dtdr_agents.retrievers.baselines import BM25Retriever
+from dtdr_agents.retrievers.dtdr_c import DTDRC
 from dtdr_agents.retrievers.hybrid import FEATURES, HybridRetriever
 from dtdr_agents.retrievers.linear import DTDRL
 from dtdr_agents.types import END_OF_PLAN, Demonstration, Toolset
@@ -207,13 +208,13 @@ def test_cross_fitting_parts_know_only_the_training_folds_tools(encoder, monkeyp
     )
     demos = [Demonstration(f"please do task {i}", (f"tool_{i}",)) for i in range(8)]
     fits: list[tuple[set[str], set[str]]] = []
-    original = HybridRetriever._fit_learned
+    original = DTDRC.fit
 
-    def spy(self, train, seen, seed=None):
-        fits.append(({c for d in train for c in d.calls}, set(seen.names)))
-        return original(self, train, seen, seed=seed)
+    def spy(self, demos, tools):
+        fits.append(({c for d in demos for c in d.calls}, set(tools.names)))
+        return original(self, demos, tools)
 
-    monkeypatch.setattr(HybridRetriever, "_fit_learned", spy)
+    monkeypatch.setattr(DTDRC, "fit", spy)
     HybridRetriever(encoder=encoder, n_folds=4).fit(demos, tools)
     assert len(fits) == 5  # four folds, then all demonstrations
     for called, known in fits:

@@ -335,7 +335,6 @@ class HybridRetriever(ToolRetriever):
         self.cv_: dict[str, Any] = {"n_demos": len(demos), "held_out_steps": 0}
         folds = min(self.n_folds, len(demos))
         weights = prior
-        seen = tools.subset({c for d in demos for c in d.calls})
         if folds >= 2:
             rng = np.random.default_rng(self.seed)
             fold_of = rng.permutation(len(demos)) % folds
@@ -344,12 +343,7 @@ class HybridRetriever(ToolRetriever):
             for f in range(folds):
                 train = [d for d, k in zip(demos, fold_of, strict=True) if k != f]
                 held = [d for d, k in zip(demos, fold_of, strict=True) if k == f]
-                # The parts know only the training folds' tools. With every demonstration's
-                # tools in their label sets, a held-out target would be one of the few
-                # candidates they score at all, and the combiner would learn to trust them
-                # for tools they never saw called.
-                train_seen = tools.subset({c for d in train for c in d.calls})
-                self._fit_learned(train, train_seen, seed=self.seed + 1 + f)
+                self._fit_learned(train, seed=self.seed + 1 + f)
                 for demo in held:
                     for step in demo.steps():
                         cands, x = self._step_features(demo.query, step.history)
@@ -364,12 +358,15 @@ class HybridRetriever(ToolRetriever):
             self.cv_["held_out_mrr"] = _held_out_mrr(held_out, weights)
             del held_out
         self.weights_ = np.asarray(weights, dtype=np.float64)
-        self._fit_learned(demos, seen)
+        self._fit_learned(demos)
 
-    def _fit_learned(
-        self, demos: list[Demonstration], seen: Toolset, seed: int | None = None
-    ) -> None:
-        """Fit DTDR-C and DTDR-L on `demos` over the tools `seen`; count each tool's calls."""
+    def _fit_learned(self, demos: list[Demonstration], seed: int | None = None) -> None:
+        """Fit DTDR-C and DTDR-L on `demos` over the tools they call; count each tool's calls.
+
+        The parts know only those tools. In the cross-fitting, a held-out fold's tools in
+        their label sets would make a held-out target one of the few candidates they score
+        at all, and the combiner would learn to trust them for tools they never saw called.
+        """
         self._memo_store = None
         self.tool_counts_ = np.zeros(len(self.labels_), dtype=np.float64)
         for demo in demos:
@@ -391,6 +388,7 @@ class HybridRetriever(ToolRetriever):
             self._map_components()
             return
         seed = self.seed if seed is None else seed
+        seen = self.fit_tools_.subset({c for d in demos for c in d.calls})
         self.chains_ = DTDRC(encoder=self.encoder_, seed=seed).fit(demos, seen)
         self.linear_ = DTDRL(
             history="structured", encoder=self.encoder_, ood_quantile=None, seed=seed
