@@ -7,7 +7,8 @@ protocol (`dtdr_agents.evaluation`). Embeddings are cached on disk between runs.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -88,9 +89,8 @@ def run_bench(
     return results, skipped
 
 
-def _mrr(model: ToolRetriever, train: Sequence[Demonstration], test: Dataset) -> float:
-    result = fit_and_evaluate(model, train, test.demos, test.tools, set_valued=test.set_valued)
-    return float(result.metrics.get("mrr", float("nan")))
+def _score(model: ToolRetriever, train: Sequence[Demonstration], test: Dataset) -> EvalResult:
+    return fit_and_evaluate(model, train, test.demos, test.tools, set_valued=test.set_valued)
 
 
 ABLATIONS: tuple[str, ...] = ("history_length", "n_clusters", "n_demos")
@@ -107,8 +107,8 @@ def run_ablations(
     encoder: Encoder,
     seed: int,
     which: Sequence[str] = ABLATIONS,
-) -> dict[str, Any]:
-    """MRR of DTDR-C and DTDR-L by history length, clusters and demonstrations (Figure 6).
+) -> dict[str, dict[int, dict[str, EvalResult]]]:
+    """DTDR-C and DTDR-L by history length, clusters and demonstrations (Figure 6).
 
     The demonstrations ablation (`n_demos`) is also the learning curve (0, 10, 50, 100, 300,
     ..., all) of the zero-shot (`bm25`, `qts`), learned (`dtdr-c`, `dtdr-l-s`) and `hybrid`
@@ -123,7 +123,9 @@ def run_ablations(
         raise ValueError(f"ablations must be among {', '.join(ABLATIONS)}, got {list(which)}")
     demos = list(train.demos)
     n = len(demos)
-    out: dict[str, Any] = {key: {} for key in ABLATIONS if key in which}
+    out: dict[str, dict[int, dict[str, EvalResult]]] = {
+        key: {} for key in ABLATIONS if key in which
+    }
     if "history_length" in which:
         _history_length_ablation(out, demos, test, encoder, seed)
     if "n_clusters" in which:
@@ -132,7 +134,7 @@ def run_ablations(
         ):
             if k <= n:
                 out["n_clusters"][k] = {
-                    "dtdr-c": _mrr(DTDRC(n_clusters=k, encoder=encoder, seed=seed), demos, test)
+                    "dtdr-c": _score(DTDRC(n_clusters=k, encoder=encoder, seed=seed), demos, test)
                 }
     if "n_demos" in which:
         _learning_curve(out, demos, test, encoder, seed)
@@ -140,24 +142,32 @@ def run_ablations(
 
 
 def _history_length_ablation(
-    out: dict[str, Any], demos: list[Demonstration], test: Dataset, encoder: Encoder, seed: int
+    out: dict[str, dict[int, dict[str, EvalResult]]],
+    demos: list[Demonstration],
+    test: Dataset,
+    encoder: Encoder,
+    seed: int,
 ) -> None:
     from dtdr_agents.retrievers import DTDRC, DTDRL
 
     for length in range(6):
         out["history_length"][length] = {
-            "dtdr-c": _mrr(DTDRC(order=length, encoder=encoder, seed=seed), demos, test),
-            "dtdr-l-s": _mrr(
+            "dtdr-c": _score(DTDRC(order=length, encoder=encoder, seed=seed), demos, test),
+            "dtdr-l-s": _score(
                 DTDRL(history="structured", history_length=length, encoder=encoder, seed=seed),
                 demos,
                 test,
             ),
         }
-        print(f"ablation history length {length}: {out['history_length'][length]}", file=sys.stderr)
+        _note("history length", length, out["history_length"][length])
 
 
 def _learning_curve(
-    out: dict[str, Any], demos: list[Demonstration], test: Dataset, encoder: Encoder, seed: int
+    out: dict[str, dict[int, dict[str, EvalResult]]],
+    demos: list[Demonstration],
+    test: Dataset,
+    encoder: Encoder,
+    seed: int,
 ) -> None:
     from dtdr_agents.retrievers import DTDRC, DTDRL
     from dtdr_agents.retrievers.baselines import BM25Retriever, QTSRetriever
@@ -167,13 +177,86 @@ def _learning_curve(
     order = np.random.default_rng(seed).permutation(n)  # nested samples: 10 within 50 within ...
     for size in sorted({s for s in (*LEARNING_CURVE_SIZES, n) if s <= n}):
         sub = [demos[i] for i in sorted(order[:size])]  # in file order
-        row = {"hybrid": _mrr(HybridRetriever(encoder=encoder, seed=seed), sub, test)}
+        row: dict[str, EvalResult] = {
+            "hybrid": _score(HybridRetriever(encoder=encoder, seed=seed), sub, test)
+        }
         if size:  # the others need at least one demonstration (end-of-plan rate, training)
-            row["bm25"] = _mrr(BM25Retriever(), sub, test)
-            row["qts"] = _mrr(QTSRetriever(encoder=encoder), sub, test)
-            row["dtdr-c"] = _mrr(DTDRC(encoder=encoder, seed=seed), sub, test)
-            row["dtdr-l-s"] = _mrr(
+            row["bm25"] = _score(BM25Retriever(), sub, test)
+            row["qts"] = _score(QTSRetriever(encoder=encoder), sub, test)
+            row["dtdr-c"] = _score(DTDRC(encoder=encoder, seed=seed), sub, test)
+            row["dtdr-l-s"] = _score(
                 DTDRL(history="structured", encoder=encoder, seed=seed), sub, test
             )
         out["n_demos"][size] = row
-        print(f"ablation demonstrations {size}: {out['n_demos'][size]}", file=sys.stderr)
+        _note("demonstrations", size, row)
+
+
+def _note(title: str, x: int, row: Mapping[str, EvalResult]) -> None:
+    figures = ", ".join(
+        f"{rid} {r.tool_metrics.get('tool_mrr', float('nan')):.3f}" for rid, r in row.items()
+    )
+    print(f"ablation {title} {x}: tool_mrr {figures}", file=sys.stderr)
+
+
+@dataclass
+class SeededRun:
+    """Every seed's results of one bench run.
+
+    Attributes:
+        seeds: The seeds, in order.
+        runs: Retriever id -> one result per seed (seeds where it was skipped are absent).
+        skipped: Retriever id -> why it could not run.
+        ablations: One `run_ablations` result per seed (empty without ablations).
+        same_requests: Whether every seed scored the same test requests (a fixed split).
+        train: The first seed's demonstrations (for the report header).
+        test: The first seed's test set.
+    """
+
+    seeds: list[int]
+    runs: dict[str, list[EvalResult]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    ablations: list[dict[str, dict[int, dict[str, EvalResult]]]] = field(default_factory=list)
+    same_requests: bool = True
+    train: Dataset | None = None
+    test: Dataset | None = None
+
+
+def run_seeded(
+    load: Callable[[int], tuple[Dataset, Dataset]],
+    retriever_ids: Sequence[str],
+    seeds: Sequence[int],
+    *,
+    encoder: Encoder,
+    ablations: Sequence[str] = (),
+    **kwargs: Any,
+) -> SeededRun:
+    """`run_bench` (and `run_ablations`) once per seed.
+
+    `load(seed)` gives that seed's (demonstrations, test): a drawn split is drawn with the
+    seed, a published split is the same for every seed, and then the seed varies the fits
+    (k-means, weight initialisation, demonstration order, cross-fit folds). `kwargs` reach
+    `run_bench`.
+    """
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    out = SeededRun(list(seeds))
+    first_queries: list[str] | None = None
+    for seed in seeds:
+        print(f"seed {seed}", file=sys.stderr)
+        train, test = load(seed)
+        queries = [d.query for d in test.demos]
+        if first_queries is None:
+            first_queries, out.train, out.test = queries, train, test
+        elif queries != first_queries:
+            out.same_requests = False
+        results, skipped = run_bench(
+            train, test, retriever_ids, encoder=encoder, seed=seed, **kwargs
+        )
+        for rid, result in results.items():
+            out.runs.setdefault(rid, []).append(result)
+        out.skipped.update(skipped)
+        if ablations:
+            out.ablations.append(
+                run_ablations(train, test, encoder=encoder, seed=seed, which=ablations)
+            )
+    return out

@@ -1,11 +1,22 @@
-"""The one evaluation protocol: teacher-forced steps, acceptable next tools, timed ranking.
+"""The one evaluation protocol: teacher-forced steps, tools ranked apart from the stop decision.
 
 Every retriever is scored the same way: at each step of a test plan it ranks the tools given
 the query and the recorded calls so far (teacher forcing); the step's acceptable tools come from
 the plan's dependency edges (or the recorded order); end-of-plan is the last step. Query-only
 retrievers rank once per query and reuse that ranking at every step (DTDR paper, Algorithm 7).
+
+Three views of each step (protocol `PROTOCOL`):
+
+* **Tools** (`tool_*`): at a step whose gold next set holds tools, the tools alone are ranked
+  (end-of-plan removed) and scored against those tools.
+* **Stop**: at every step, "stop" is predicted when end-of-plan is ranked first; retrievers
+  without an end-of-plan model (`ToolRetriever.predicts_end` False) are judged by the one
+  shared stop rule (`dtdr_agents.stop_rule`) instead of their constant base rate.
+* **Paper** (`paper_*`): end-of-plan ranked among the tools, as the DTDR paper scores it.
+
 Set-valued datasets have one step per query whose acceptable set is the whole tool set; the
-end-of-plan token is left out of their rankings (a set has no end to predict).
+end-of-plan token is left out of their rankings (a set has no end to predict), so their tool
+and paper figures agree and they have no stop figures.
 """
 
 from __future__ import annotations
@@ -18,10 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from dtdr_agents.metrics import DEFAULT_KS, group_mean, mean_metrics, step_metrics, tracc
+from dtdr_agents.metrics import DEFAULT_KS, mean_metrics, step_metrics, tracc
 from dtdr_agents.progress import Progress, no_progress
 from dtdr_agents.recommend import Recommendation, recommend_from_ranking
 from dtdr_agents.retrievers.base import ToolRetriever
+from dtdr_agents.stop_rule import STOP_THRESHOLD, StopRule
 from dtdr_agents.types import END_OF_PLAN, Demonstration, Ranking, Step, Toolset
 
 
@@ -37,10 +49,18 @@ class _Prefixer:
         self._names: tuple[str, ...] | None = None
         self._index: dict[str, int] = {}
 
-    def __call__(self, ranking: Ranking, acceptable: frozenset[str], drop_end: bool) -> list[str]:
+    def _see(self, ranking: Ranking) -> None:
         if ranking.names is not self._names:  # retrievers reuse one names tuple across steps
             self._names = ranking.names
             self._index = {name: i for i, name in enumerate(ranking.names)}
+
+    def end_index(self, ranking: Ranking) -> int:
+        """Index of end-of-plan in `ranking.names`."""
+        self._see(ranking)
+        return self._index[END_OF_PLAN]
+
+    def __call__(self, ranking: Ranking, acceptable: frozenset[str], drop_end: bool) -> list[str]:
+        self._see(ranking)
         order = ranking.order
         if drop_end:
             order = order[order != self._index[END_OF_PLAN]]
@@ -51,6 +71,10 @@ class _Prefixer:
             wanted = [i for i in wanted if ranking.names[i] != END_OF_PLAN]
         last = int(positions[wanted].max()) + 1 if wanted else len(order)
         return [ranking.names[int(i)] for i in order[: max(last, self.min_len)]]
+
+
+PROTOCOL = "dtdr-eval/2"
+"""Version of the protocol and of its JSON results (1: end-of-plan ranked among the tools only)."""
 
 
 def recommend_for(retriever: ToolRetriever, query: str) -> Recommendation:
@@ -78,22 +102,96 @@ def eval_steps(demo: Demonstration, *, set_valued: bool = False) -> list[Step]:
     return demo.steps()
 
 
+def has_own_stop(retriever: ToolRetriever) -> bool:
+    """Whether `retriever` (or, for a composite, its base) scores end-of-plan itself."""
+    if retriever.composite:
+        base = getattr(retriever, "base_", None) or getattr(retriever, "base", None)
+        if isinstance(base, ToolRetriever):
+            return has_own_stop(base)
+    return retriever.predicts_end
+
+
+@dataclass(frozen=True)
+class ScoredStep:
+    """One scored step of the protocol.
+
+    Attributes:
+        query: Index of the test request.
+        step: Step index (0 = before the first call).
+        plan_length: Calls in the request's plan.
+        paper: The paper protocol's metrics (end-of-plan ranked among the tools).
+        tool: Tool-only metrics (end-of-plan removed; the gold set's tools), or None at a step
+            whose gold next set holds no tool.
+        stop_gold: Whether the plan is done at this step (None: set-valued data).
+        stop_pred: Whether the retriever (or the shared stop rule) said "stop".
+        end_score: Its end-of-plan probability at this step.
+    """
+
+    query: int
+    step: int
+    plan_length: int
+    paper: dict[str, float]
+    tool: dict[str, float] | None
+    stop_gold: bool | None = None
+    stop_pred: bool | None = None
+    end_score: float | None = None
+
+
+def stop_metrics(rows: Sequence[ScoredStep]) -> dict[str, float | None]:
+    """Stop precision, recall, F1 and AUROC of the end score, and "END first at tool steps".
+
+    Pooled over steps. "Stop" is predicted when end-of-plan is ranked first (or, for
+    retrievers judged by the shared stop rule, when its probability is at least one half).
+    AUROC is None when the steps hold one class only.
+    """
+    scored = [r for r in rows if r.stop_gold is not None]
+    if not scored:
+        return {}
+    tp = sum(1 for r in scored if r.stop_gold and r.stop_pred)
+    fp = sum(1 for r in scored if not r.stop_gold and r.stop_pred)
+    fn = sum(1 for r in scored if r.stop_gold and not r.stop_pred)
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    tool_steps = [r for r in scored if r.tool is not None]
+    gold = [bool(r.stop_gold) for r in scored]
+    auroc: float | None = None
+    if any(gold) and not all(gold):
+        from sklearn.metrics import roc_auc_score
+
+        auroc = float(roc_auc_score(gold, [float(r.end_score or 0.0) for r in scored]))
+    return {
+        "stop_precision": precision,
+        "stop_recall": recall,
+        "stop_f1": 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0,
+        "stop_auroc": auroc,
+        "end_first_at_tool_steps": (
+            sum(1 for r in tool_steps if r.stop_pred) / len(tool_steps) if tool_steps else None
+        ),
+    }
+
+
 @dataclass
 class EvalResult:
     """Scores of one retriever on one test set.
 
     Attributes:
         retriever_id: Which retriever.
-        metrics: Mean of every per-step metric (`mrr`, `top1`, `f1`, `recall@5`, ...).
+        metrics: The paper protocol: mean of every per-step metric (`mrr`, `top1`, `f1`,
+            `recall@5`, ...) with end-of-plan ranked among the tools.
+        tool_metrics: Means over the steps whose gold next set holds tools, ranking the tools
+            only: `tool_mrr`, `tool_top1`, `tool_f1`, `tool_recall@5`, `tool_ndcg@10`, ...
+        stop: The stop decision (`stop_metrics`), empty for set-valued data.
+        stop_rule: "own" (the retriever's end-of-plan score) or "shared" (`StopRule`).
         n_queries: Test queries scored.
         n_steps: Steps scored.
+        n_tool_steps: Steps whose gold next set holds tools.
         fit_s: Seconds spent in `fit` (None when the retriever came fitted).
         ms_per_step: Mean ranking time per step in milliseconds (query-only retrievers
             spread their one call over the query's steps).
         latency_ms: p50 / p99 / mean of single `rank` calls, in milliseconds.
-        by_plan_length: Metrics grouped by the number of calls in the plan.
-        by_step: Metrics grouped by step index (0 = first call).
-        rows: Per-step rows (query index, step index, plan length, metrics).
+        by_plan_length: Paper and tool metrics grouped by the number of calls in the plan.
+        by_step: Paper and tool metrics grouped by step index (0 = first call).
+        rows: The scored steps.
         recommend_policy: How the scored recommendations chose their size (set-valued data:
             `tracc` and `size_error` score the recommended set itself).
         recommend_ms: p50 / p99 / mean of single `recommend` calls, in milliseconds.
@@ -102,27 +200,36 @@ class EvalResult:
 
     retriever_id: str
     metrics: dict[str, float] = field(default_factory=dict)
+    tool_metrics: dict[str, float] = field(default_factory=dict)
+    stop: dict[str, float | None] = field(default_factory=dict)
+    stop_rule: str = "own"
     n_queries: int = 0
     n_steps: int = 0
+    n_tool_steps: int = 0
     fit_s: float | None = None
     ms_per_step: float = 0.0
     latency_ms: dict[str, float] = field(default_factory=dict)
     by_plan_length: dict[int, dict[str, float]] = field(default_factory=dict)
     by_step: dict[int, dict[str, float]] = field(default_factory=dict)
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[ScoredStep] = field(default_factory=list)
     recommend_policy: str | None = None
     recommend_ms: dict[str, float] = field(default_factory=dict)
     error: str | None = None
 
     def summary(self) -> dict[str, Any]:
-        """The JSON summary: metrics, ms_per_step, fit_s, counts (and error if any)."""
-        out: dict[str, Any] = dict(self.metrics)
+        """One flat dict: tool metrics, stop metrics, paper metrics (`paper_` prefix), timings."""
+        out: dict[str, Any] = dict(self.tool_metrics)
+        out.update(self.stop)
+        out.update({f"paper_{k}": v for k, v in self.metrics.items() if k not in SET_KEYS})
+        out.update({k: v for k, v in self.metrics.items() if k in SET_KEYS})
         out.update(
             {
+                "stop_rule": self.stop_rule,
                 "ms_per_step": self.ms_per_step,
                 "fit_s": self.fit_s,
                 "n_queries": self.n_queries,
                 "n_steps": self.n_steps,
+                "n_tool_steps": self.n_tool_steps,
                 "latency_ms": self.latency_ms,
             }
         )
@@ -134,6 +241,26 @@ class EvalResult:
         return out
 
 
+SET_KEYS = ("tracc", "size_error")
+"""Metrics of the recommended set (set-valued data), kept without the `paper_` prefix."""
+
+
+def _breakdown(rows: Sequence[ScoredStep], key: str) -> dict[int, dict[str, float]]:
+    """Mean paper metrics per group, with `tool_mrr` / `tool_top1` over the group's tool steps."""
+    groups: dict[int, list[ScoredStep]] = {}
+    for r in rows:
+        groups.setdefault(int(getattr(r, key)), []).append(r)
+    out: dict[int, dict[str, float]] = {}
+    for g in sorted(groups):
+        members = groups[g]
+        entry = mean_metrics([r.paper for r in members])
+        tools = [r.tool for r in members if r.tool is not None]
+        if tools:
+            entry.update(mean_metrics(tools))
+        out[g] = entry
+    return out
+
+
 def evaluate(
     retriever: ToolRetriever,
     test: Sequence[Demonstration],
@@ -142,14 +269,21 @@ def evaluate(
     ks: Sequence[int] = DEFAULT_KS,
     progress: Progress | None = None,
     retriever_id: str | None = None,
+    stop_rule: StopRule | None = None,
 ) -> EvalResult:
     """Score a fitted retriever on `test` with the teacher-forced protocol.
+
+    At every step the paper protocol ranks end-of-plan among the tools. At a step whose gold
+    next set holds tools, the tools are also ranked alone (end-of-plan removed) for the
+    `tool_*` metrics. The stop decision is scored at every step: by the retriever's own
+    end-of-plan score, or by `stop_rule` when given (the protocol gives one to every retriever
+    without an end-of-plan model, see `fit_and_evaluate`).
 
     A failure on one query stops this retriever but keeps the rows scored so far; the error
     is recorded in the result instead of being raised.
     """
     rid = retriever_id or retriever.retriever_id or type(retriever).__name__
-    result = EvalResult(rid)
+    result = EvalResult(rid, stop_rule="shared" if stop_rule is not None else "own")
     wrap = progress or no_progress
     calls_ms: list[float] = []
     rec_ms: list[float] = []
@@ -172,41 +306,62 @@ def evaluate(
                     rank_total += dt
                     once = ranking
                 ranked = prefix(once, step.acceptable, drop_end=set_valued)
-                row = step_metrics(ranked, step.acceptable, ks=ks)
+                paper = step_metrics(ranked, step.acceptable, ks=ks)
                 if set_valued:  # score the recommended set itself: TRACC and size error
                     t0 = time.perf_counter()
                     rec = recommend_for(retriever, demo.query)
                     rec_ms.append((time.perf_counter() - t0) * 1000.0)
                     policies[rec.policy.split(" (")[0]] = None
-                    row.update(set_metrics(rec.names, step.acceptable))
-                result.rows.append({"query": qi, "step": si, "plan_length": len(demo.calls), **row})
+                    paper.update(set_metrics(rec.names, step.acceptable))
+                    as_tools = {f"tool_{k}": v for k, v in paper.items() if k not in SET_KEYS}
+                    result.rows.append(ScoredStep(qi, si, len(demo.calls), paper, as_tools))
+                    continue
+                gold_tools = step.acceptable - {END_OF_PLAN}
+                tool_row: dict[str, float] | None = None
+                if gold_tools:
+                    tool_ranked = prefix(once, gold_tools, drop_end=True)
+                    scores = step_metrics(tool_ranked, gold_tools, ks=ks)
+                    tool_row = {f"tool_{k}": v for k, v in scores.items()}
+                end_i = prefix.end_index(once)
+                if stop_rule is not None:
+                    end_score = stop_rule.probability(demo.query, step.history)
+                    stop_pred = end_score >= STOP_THRESHOLD
+                else:
+                    end_score = float(once.probabilities[end_i])
+                    stop_pred = int(once.order[0]) == end_i
+                result.rows.append(
+                    ScoredStep(
+                        qi,
+                        si,
+                        len(demo.calls),
+                        paper,
+                        tool_row,
+                        stop_gold=not gold_tools,
+                        stop_pred=stop_pred,
+                        end_score=end_score,
+                    )
+                )
             result.n_queries += 1
     except Exception as exc:  # keep the rows so far; report the failure
         result.error = f"{type(exc).__name__}: {exc} (after {result.n_queries} queries)"
     scored = result.rows
     result.n_steps = len(scored)
     if scored:
-        metric_rows = [
-            {k: v for k, v in r.items() if k not in ("query", "step", "plan_length")}
-            for r in scored
-        ]
-        result.metrics = mean_metrics(metric_rows)
-        result.by_plan_length = dict(
-            sorted(group_mean(metric_rows, [r["plan_length"] for r in scored]).items())
-        )
-        result.by_step = dict(sorted(group_mean(metric_rows, [r["step"] for r in scored]).items()))
+        result.metrics = mean_metrics([r.paper for r in scored])
+        tool_rows = [r.tool for r in scored if r.tool is not None]
+        result.n_tool_steps = len(tool_rows)
+        if tool_rows:
+            result.tool_metrics = mean_metrics(tool_rows)
+        result.stop = stop_metrics(scored)
+        result.by_plan_length = _breakdown(scored, "plan_length")
+        result.by_step = _breakdown(scored, "step")
         result.ms_per_step = rank_total / len(scored)
     if policies:
         result.recommend_policy = "; ".join(policies)
     if rec_ms:
         result.recommend_ms = _latency(rec_ms)
     if calls_ms:
-        arr = np.asarray(calls_ms)
-        result.latency_ms = {
-            "p50": float(np.percentile(arr, 50)),
-            "p99": float(np.percentile(arr, 99)),
-            "mean": float(statistics.fmean(calls_ms)),
-        }
+        result.latency_ms = _latency(calls_ms)
     return result
 
 
@@ -226,7 +381,11 @@ def fit_and_evaluate(
     tools: Toolset,
     **kwargs: Any,
 ) -> EvalResult:
-    """Fit `retriever` on `train` (timed) and `evaluate` it on `test`; failures are recorded."""
+    """Fit `retriever` on `train` (timed) and `evaluate` it on `test`; failures are recorded.
+
+    A retriever without an end-of-plan model of its own (`has_own_stop`) has its stop
+    decision judged by the shared `StopRule`, fitted on the same `train`.
+    """
     rid = kwargs.get("retriever_id") or retriever.retriever_id or type(retriever).__name__
     t0 = time.perf_counter()
     try:
@@ -236,6 +395,8 @@ def fit_and_evaluate(
             rid, fit_s=time.perf_counter() - t0, error=f"fit failed: {type(exc).__name__}: {exc}"
         )
     fit_s = time.perf_counter() - t0
+    if not kwargs.get("set_valued") and not has_own_stop(retriever) and train:
+        kwargs.setdefault("stop_rule", StopRule().fit(train))
     result = evaluate(retriever, test, **kwargs)
     result.fit_s = fit_s
     return result

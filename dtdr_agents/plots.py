@@ -9,7 +9,7 @@ from dtdr_agents.report import ABLATION_TITLES
 
 
 def plot_report(report: dict[str, Any], path: str | Path) -> Path:
-    """PNG: top-1 by plan length per retriever, and the ablations when present."""
+    """PNG: tool top-1 by plan length per retriever, and the ablations' tool-MRR when present."""
     import matplotlib.pyplot as plt
 
     fig = report_figure(report)
@@ -40,9 +40,10 @@ def report_figure(report: dict[str, Any]) -> Any:
         by_len = entry.get("by_plan_length") or {}
         if by_len:
             xs = sorted(by_len, key=int)
-            ax.plot([int(x) for x in xs], [by_len[x]["top1"] for x in xs], marker="o", label=rid)
+            ys = [by_len[x].get("tool_top1", by_len[x].get("top1")) for x in xs]
+            ax.plot([int(x) for x in xs], ys, marker="o", label=rid)
     ax.set_xlabel("plan length (calls)")
-    ax.set_ylabel("top-1 accuracy")
+    ax.set_ylabel("tool top-1 accuracy")
     ax.set_title(f"{report['dataset']}: accuracy by plan length")
     ax.legend(fontsize=7)
     if ablations:
@@ -50,8 +51,8 @@ def report_figure(report: dict[str, Any]) -> Any:
         for ax, (key, label) in zip(axes[0][1:], shown, strict=True):
             series: dict[str, list[tuple[float, float]]] = {}
             for x, values in ablations[key].items():
-                for rid, mrr in values.items():
-                    series.setdefault(rid, []).append((float(x), mrr))
+                for rid, figures in values.items():
+                    series.setdefault(rid, []).append((float(x), figures["tool_mrr"]))
             for rid, points in series.items():
                 points.sort()
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=rid)
@@ -60,7 +61,7 @@ def report_figure(report: dict[str, Any]) -> Any:
             elif key == "n_demos":  # linear up to 10, so the zero-demonstration point shows
                 ax.set_xscale("symlog", linthresh=10)
             ax.set_xlabel(label)
-            ax.set_ylabel("MRR")
+            ax.set_ylabel("tool-MRR")
             ax.set_title(f"ablation: {label}")
             ax.legend(fontsize=7)
     fig.tight_layout()

@@ -9,13 +9,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dtdr_agents.bench import ABLATIONS, run_ablations, run_bench
-from dtdr_agents.cli._common import CLIError, add_split_arguments, load_split, split_ids
+from dtdr_agents.bench import ABLATIONS, run_seeded
+from dtdr_agents.cli._common import (
+    CLIError,
+    add_split_arguments,
+    load_split,
+    positive_int,
+    split_ids,
+)
+from dtdr_agents.datasets.base import Dataset
 from dtdr_agents.encoders import default_cache_dir, get_encoder
 from dtdr_agents.planning.sources import bench_planner
 from dtdr_agents.progress import progress_bar
 from dtdr_agents.report import (
-    BENCH_COLUMNS,
+    LEGEND,
+    aggregate_ablations,
     build_report,
     format_report_markdown,
     format_table,
@@ -37,8 +45,13 @@ def read_json_report(path: str) -> dict[str, Any]:
     return data
 
 
+def seed_list(args: argparse.Namespace) -> list[int]:
+    """`--seed`, `--seed + 1`, ... (`--seeds` of them)."""
+    return [args.seed + i for i in range(args.seeds)]
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Run the comparison and print/write the results."""
+    """Run the comparison over the seeds and print/write the results."""
     t_start = time.perf_counter()
     ablations = split_ids(args.ablations, ABLATIONS) if args.ablations else []
     unknown = [a for a in ablations if a not in ABLATIONS]
@@ -46,6 +59,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise CLIError(
             f"--ablations: unknown {', '.join(unknown)}; choose from {', '.join(ABLATIONS)}"
         )
+    seeds = seed_list(args)
     train, test = load_split(args)
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
     encoder = get_encoder(args.encoder, cache_dir=cache_dir)
@@ -67,42 +81,49 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"plans: {problem}", file=sys.stderr)
     print(
         f"{train.name}: {len(train.demos)} demonstrations, {len(test.demos)} test plans, "
-        f"{len(train.tools)} tools, encoder {encoder.id}",
+        f"{len(train.tools)} tools, encoder {encoder.id}, seeds {seeds}",
         file=sys.stderr,
     )
-    results, skipped = run_bench(
-        train,
-        test,
+    loaded = {args.seed: (train, test)}
+
+    def load(seed: int) -> tuple[Dataset, Dataset]:
+        if seed not in loaded:
+            loaded[seed] = load_split(argparse.Namespace(**{**vars(args), "seed": seed}))
+        return loaded.pop(seed)
+
+    run = run_seeded(
+        load,
         ids,
+        seeds,
         encoder=encoder,
-        seed=args.seed,
+        ablations=ablations,
         chat_model=chat,
         progress=progress_bar(not args.quiet),
         context={"planner": planning.planner} if planning.planner is not None else None,
     )
-    print(format_table(results, BENCH_COLUMNS))
     uses_planner = any(rid.split(":")[0] == "toolqp" for rid in ids)
-    if uses_planner and planning.planner is not None:
-        print(f"toolqp planner: {planning.note}")
-    for rid, reason in skipped.items():
-        print(f"skipped {rid}: {reason}")
-    extra: dict[str, Any] = {"skipped": skipped, "seed": args.seed}
+    extra: dict[str, Any] = {"skipped": run.skipped}
     if uses_planner:
         extra["planner"] = planning.to_json()
-    if args.ablations:
-        extra["ablations"] = run_ablations(
-            train, test, encoder=encoder, seed=args.seed, which=ablations
-        )
+    if run.ablations:
+        extra["ablations"] = aggregate_ablations(run.ablations, same_requests=run.same_requests)
     report = build_report(
         dataset=train.name,
         n_train=len(train.demos),
         n_test=len(test.demos),
         encoder=encoder.id,
-        results=results,
-        columns=BENCH_COLUMNS,
+        runs=run.runs,
+        seeds=seeds,
+        same_requests=run.same_requests,
         extra=extra,
         breakdowns=True,
     )
+    print(format_table(report))
+    print(LEGEND)
+    if uses_planner and planning.planner is not None:
+        print(f"toolqp planner: {planning.note}")
+    for rid, reason in run.skipped.items():
+        print(f"skipped {rid}: {reason}")
     report["wall_s"] = time.perf_counter() - t_start
     print(f"wall time {report['wall_s']:.1f} s", file=sys.stderr)
     if args.json:
@@ -113,7 +134,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         plot_report(report, args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
-    return 1 if any(r.error for r in results.values()) else 0
+    return 1 if any(r.error for rs in run.runs.values() for r in rs) else 0
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -158,6 +179,13 @@ def add_commands(sub: Any) -> None:
     )
     bench.add_argument("--encoder", default="default")
     bench.add_argument("--json", help="write the report as JSON")
+    bench.add_argument(
+        "--seeds",
+        type=positive_int,
+        default=1,
+        help="run every fit over this many seeds (--seed, --seed + 1, ...) and report means "
+        "with 95%% bootstrap intervals; published figures use at least 3 (default 1)",
+    )
     bench.add_argument(
         "--plot", help="write a PNG (accuracy by plan length; ablations with --ablations)"
     )

@@ -25,21 +25,22 @@ DEMO_RETRIEVERS = ("dr", "lr", "dtdr-c", "dtdr-l", "dtdr-l-s", "hybrid")
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Fit the demo retrievers on the embedded demo data and print the comparison."""
+    from dataclasses import replace
+
+    from dtdr_agents.bench import run_seeded
+    from dtdr_agents.datasets.base import Dataset
     from dtdr_agents.datasets.split import split_demonstrations
     from dtdr_agents.datasets.synthetic import make_demo_dataset
     from dtdr_agents.encoders import get_encoder
-    from dtdr_agents.evaluation import EvalResult, fit_and_evaluate
-    from dtdr_agents.report import DEMO_COLUMNS, build_report, format_table, write_json
-    from dtdr_agents.retrievers import make_retriever
+    from dtdr_agents.report import LEGEND, build_report, format_table, write_json
 
     data = make_demo_dataset(n=args.n, seed=args.seed)
-    train, test = split_demonstrations(data.demos, test_size=0.3, seed=args.seed)
+    seeds = [args.seed + i for i in range(args.seeds)]
     encoder = get_encoder(args.encoder, cache_dir=args.cache_dir)
     ids = args.retrievers.split(",") if args.retrievers else list(DEMO_RETRIEVERS)
-    n_steps = sum(len(d.calls) + 1 for d in test)
     print(
-        f"dtdr-agents {__version__} demo: {len(data.tools)} tools, {len(train)} demonstrations to "
-        f"fit, {len(test)} test plans ({n_steps} steps), encoder {encoder.id}",
+        f"dtdr-agents {__version__} demo: {len(data.tools)} tools, {len(data.demos)} "
+        f"demonstrations, 70/30 splits drawn with seeds {seeds}, encoder {encoder.id}",
         file=sys.stderr,
     )
     t0 = time.perf_counter()
@@ -49,35 +50,33 @@ def cmd_demo(args: argparse.Namespace) -> int:
         "(model load included; fit_s below excludes it)",
         file=sys.stderr,
     )
-    results: dict[str, EvalResult] = {}
-    for rid in ids:
-        retriever = make_retriever(rid, encoder=encoder, seed=args.seed)
-        print(f"fitting {rid} ...", file=sys.stderr)
-        results[rid] = fit_and_evaluate(
-            retriever,
-            train,
-            test,
-            data.tools,
-            progress=progress_bar(not args.quiet),
-            retriever_id=rid,
-        )
-    print(format_table(results, DEMO_COLUMNS))
+
+    def load(seed: int) -> tuple[Dataset, Dataset]:
+        train, test = split_demonstrations(data.demos, test_size=0.3, seed=seed)
+        return replace(data, demos=train), replace(data, demos=test)
+
+    run = run_seeded(load, ids, seeds, encoder=encoder, progress=progress_bar(not args.quiet))
+    assert run.train is not None and run.test is not None
+    report = build_report(
+        dataset=data.name,
+        n_train=len(run.train.demos),
+        n_test=len(run.test.demos),
+        encoder=encoder.id,
+        runs=run.runs,
+        seeds=seeds,
+        same_requests=run.same_requests,
+        extra={"skipped": run.skipped},
+    )
+    print(format_table(report))
+    print(LEGEND)
     print(
         "ms_per_step: ranking time per teacher-forced step with the request's embedding cached "
         "(dtdr-l also encodes query + history at every step); fit_s: seconds in fit.",
     )
     if args.json:
-        report = build_report(
-            dataset=data.name,
-            n_train=len(train),
-            n_test=len(test),
-            encoder=encoder.id,
-            results=results,
-            columns=DEMO_COLUMNS,
-        )
         write_json(args.json, report)
         print(f"wrote {args.json}", file=sys.stderr)
-    return 1 if any(r.error for r in results.values()) else 0
+    return 1 if any(r.error for rs in run.runs.values() for r in rs) or run.skipped else 0
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
@@ -207,6 +206,13 @@ def add_commands(sub: Any) -> None:
         "--n", type=int, default=2400, help="demonstrations to generate (default 2400)"
     )
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument(
+        "--seeds",
+        type=positive_int,
+        default=1,
+        help="draw the split and fit this many times (--seed, --seed + 1, ...) and report means "
+        "with 95%% bootstrap intervals; the published demo table uses 3 (default 1)",
+    )
     demo.add_argument(
         "--encoder",
         default="default",

@@ -146,6 +146,10 @@ class ToolRetriever(ABC):
     """Parameters that are not saved (chat models, planners); pass them again to `load`."""
     uses_history: ClassVar[bool] = True
     """False for query-only retrievers, which rank once per query (DTDR paper, Algorithm 7)."""
+    predicts_end: ClassVar[bool] = True
+    """False for retrievers whose end-of-plan score is a constant base rate (they cannot tell
+    when a plan is done); the evaluation protocol then judges their stop decision by its one
+    shared stop rule (`dtdr_agents.stop_rule`). A composite follows its base."""
     uses_encoder: ClassVar[bool] = True
     """Whether `fit` needs the sentence encoder."""
     accepts_no_demos: ClassVar[bool] = False

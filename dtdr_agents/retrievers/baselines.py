@@ -154,6 +154,7 @@ class BM25Retriever(ToolRetriever):
     retriever_id: ClassVar[str] = "bm25"
     bench_default: ClassVar[bool] = True
     uses_history: ClassVar[bool] = False
+    predicts_end: ClassVar[bool] = False
     uses_encoder: ClassVar[bool] = False
 
     def __init__(
@@ -272,6 +273,7 @@ class _SimilarityRetriever(ToolRetriever):
     """Query-tool similarity over (possibly transformed) tool embeddings, once per query."""
 
     uses_history: ClassVar[bool] = False
+    predicts_end: ClassVar[bool] = False
     uses_encoder: ClassVar[bool] = True
 
     encoder: str | Encoder | None

@@ -483,6 +483,7 @@ class StaticLR(DTDRL):
     retriever_id: ClassVar[str] = "lr"
     bench_default: ClassVar[bool] = True
     uses_history: ClassVar[bool] = False
+    predicts_end: ClassVar[bool] = False
     per_query_targets: ClassVar[bool] = True
 
     def __init__(
