@@ -37,16 +37,24 @@ def test_bench_on_demo_data_writes_report_and_plot(tmp_path, capsys, encoder):
     assert "lim" in report["skipped"]
     entry = report["results"]["dtdr-c"]
     for key in (
-        "mrr",
-        "top1",
-        "f1",
-        "recall@5",
-        "ndcg@10",
-        "completeness@10",
+        "tool_mrr",
+        "tool_top1",
+        "tool_f1",
+        "tool_recall@5",
+        "tool_ndcg@10",
+        "stop_f1",
+        "end_first_at_tool_steps",
+        "paper_mrr",
         "ms_per_step",
         "fit_s",
     ):
-        assert key in entry
+        assert isinstance(entry[key], float), key
+    lo, hi = entry["tool_mrr_ci"]
+    assert lo <= entry["tool_mrr"] <= hi
+    assert entry["seeds"] == [0]
+    assert report["protocol"] == "dtdr-eval/2"
+    assert report["provenance"]["seeds"] == [0] and report["provenance"]["cpu_count"]
+    assert report["provenance"]["command"].startswith("dtdr-agents bench --dataset demo")
     assert entry["by_plan_length"] and entry["by_step"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "cache" / "embeddings.sqlite").is_file()
@@ -73,7 +81,7 @@ def test_bench_on_taskbench_subset(shared_datasets, tmp_path, capsys, encoder):
     assert code == 0
     report = json.loads(out.read_text())
     assert report["n_train"] + report["n_test"] == 891
-    assert report["results"]["dtdr-c"]["mrr"] > report["results"]["dr"]["mrr"]
+    assert report["results"]["dtdr-c"]["tool_mrr"] > report["results"]["dr"]["tool_mrr"]
 
 
 @pytest.mark.datasets
@@ -145,14 +153,22 @@ def test_learning_curve_rows_and_plot(encoder, demo_data):
     assert set(rows[0]) == {"hybrid"}  # only hybrid fits on zero demonstrations
     for size in (10, 50, 60):
         assert set(rows[size]) == {"hybrid", "bm25", "qts", "dtdr-c", "dtdr-l-s"}
-    assert all(0.0 < v <= 1.0 for row in rows.values() for v in row.values())
+    mrr = {
+        size: {rid: r.tool_metrics["tool_mrr"] for rid, r in row.items()}
+        for size, row in rows.items()
+    }
+    assert all(0.0 < v <= 1.0 for row in mrr.values() for v in row.values())
     # demonstrations help the learned retrievers on this data
-    assert rows[60]["dtdr-l-s"] > rows[10]["dtdr-l-s"]
-    assert rows[60]["hybrid"] > rows[0]["hybrid"]
+    assert mrr[60]["dtdr-l-s"] > mrr[10]["dtdr-l-s"]
+    assert mrr[60]["hybrid"] > mrr[0]["hybrid"]
     with pytest.raises(ValueError, match="ablations must be among"):
         run_ablations(train, test, encoder=encoder, seed=0, which=("bogus",))
 
-    report = {"dataset": "demo", "results": {}, "ablations": out}
+    from dtdr_agents.report import aggregate_ablations
+
+    curve = aggregate_ablations([out], same_requests=True)
+    assert curve["n_demos"]["60"]["hybrid"]["tool_mrr"] == mrr[60]["hybrid"]
+    report = {"dataset": "demo", "results": {}, "ablations": curve}
     fig = report_figure(report)
     try:
         curve = fig.axes[1]

@@ -251,12 +251,15 @@ def test_evaluate_scores_the_recommended_set_on_set_valued_data() -> None:
 
 
 def test_bench_report_shows_tracc_only_for_set_valued_results() -> None:
-    from dtdr_agents.evaluation import EvalResult
-    from dtdr_agents.report import BENCH_COLUMNS, build_report, format_markdown, format_table
+    from dtdr_agents.evaluation import EvalResult, ScoredStep
+    from dtdr_agents.report import build_report, format_markdown, format_table
 
+    paper = {"mrr": 0.9, "tracc": 0.7, "size_error": 0.5}
     with_set = EvalResult(
         "ptr",
-        metrics={"mrr": 0.9, "tracc": 0.7, "size_error": 0.5},
+        metrics=paper,
+        tool_metrics={"tool_mrr": 0.9, "tool_top1": 1.0},
+        rows=[ScoredStep(0, 0, 2, paper, {"tool_mrr": 0.9, "tool_top1": 1.0})],
         recommend_policy="learned set size",
         recommend_ms={"p50": 0.3, "p99": 0.5, "mean": 0.3},
     )
@@ -265,14 +268,27 @@ def test_bench_report_shows_tracc_only_for_set_valued_results() -> None:
         n_train=1,
         n_test=1,
         encoder="e",
-        results={"ptr": with_set},
-        columns=BENCH_COLUMNS,
+        runs={"ptr": [with_set]},
+        seeds=[0],
+        same_requests=True,
     )
     entry = report["results"]["ptr"]
     assert entry["tracc"] == 0.7 and entry["size_error"] == 0.5
     assert entry["recommend_policy"] == "learned set size"
+    assert "stop_f1" not in entry  # a set has no end of plan
     table = format_markdown(report)
     assert "| tracc | size_error |" in table and "ptr: learned set size" in table
-    assert "tracc" in format_table({"ptr": with_set}, BENCH_COLUMNS)
-    plain = {"qts": EvalResult("qts", metrics={"mrr": 0.5})}
-    assert "tracc" not in format_table(plain, BENCH_COLUMNS)
+    assert "stop_f1" not in table
+    assert "tracc" in format_table(report)
+    plain_rows = [ScoredStep(0, 0, 1, {"mrr": 0.5}, {"tool_mrr": 0.5, "tool_top1": 0.0})]
+    plain = EvalResult("qts", metrics={"mrr": 0.5}, tool_metrics={"tool_mrr": 0.5}, rows=plain_rows)
+    report = build_report(
+        dataset="d",
+        n_train=1,
+        n_test=1,
+        encoder="e",
+        runs={"qts": [plain]},
+        seeds=[0],
+        same_requests=True,
+    )
+    assert "tracc" not in format_table(report)

@@ -382,8 +382,9 @@ def test_bench_with_instruction_plans(
     report = json.loads(out_json.read_text())
     assert report["planner"]["source"] == "dataset-provided LLM text"
     for rid in ("qts", "toolqp:qts"):
-        assert {"ndcg@10", "completeness@10"} <= set(report["results"][rid])
-    assert report["results"]["toolqp:qts"]["ndcg@10"] > report["results"]["qts"]["ndcg@10"]
+        assert {"tool_ndcg@10", "tool_completeness@10"} <= set(report["results"][rid])
+    results = report["results"]
+    assert results["toolqp:qts"]["tool_ndcg@10"] > results["qts"]["tool_ndcg@10"]
 
 
 def test_bench_without_a_planner_skips_toolqp(
@@ -448,7 +449,7 @@ def test_bench_with_a_live_planner_records_plans_that_replay(
     assert cli_main([*replay, "--limit", "12"]) == 0
     live_result = json.loads(live_json.read_text())["results"]["toolqp:qts"]
     replayed = json.loads(replay_json.read_text())["results"]["toolqp:qts"]
-    assert live_result["ndcg@10"] == pytest.approx(replayed["ndcg@10"])
+    assert live_result["tool_ndcg@10"] == pytest.approx(replayed["tool_ndcg@10"])
     assert json.loads(live_json.read_text())["planner"]["source"] == "live chat model"
 
 

@@ -156,7 +156,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Print a bench or e2e JSON report as Markdown tables (dispatch on its "kind")."""
+    """Print one JSON report as Markdown, or regenerate the docs' tables from a results folder."""
+    path = Path(args.file)
+    if path.is_dir():
+        return _sync_docs(path, args)
+    if args.write or args.check:
+        raise CLIError(f"{path}: --write and --check take a results folder, not one file")
     report = read_json_report(args.file)
     if report.get("kind") == "e2e":
         from dtdr_agents.e2e import format_e2e_markdown
@@ -165,6 +170,26 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     print(format_report_markdown(report))
     return 0
+
+
+def _sync_docs(results: Path, args: argparse.Namespace) -> int:
+    from dtdr_agents.docsync import ResultsError, default_documents, loose_figures, sync
+
+    documents = [Path(d) for d in args.docs] if args.docs else default_documents(Path(args.root))
+    if not documents:
+        raise CLIError(f"{args.root}: no README.md, docs/*.md or CHANGELOG.md to generate")
+    try:
+        stale = sync(results, documents, write=args.write)
+    except ResultsError as exc:
+        raise CLIError(f"{exc}; nothing written") from exc
+    for s in stale:
+        verb = "rewrote" if args.write else "stale"
+        print(f"{verb} {s.doc}:{s.line}: {s.spec}")
+    loose = [(d, n, line) for d in documents for n, line in loose_figures(d)]
+    for doc, number, line in loose:
+        print(f"{doc}:{number}: a figure outside a generated block: {line.strip()[:80]}")
+    print(f"{len(documents)} documents, {len(stale)} stale block(s), {len(loose)} loose figure(s)")
+    return 1 if (stale and not args.write) or loose else 0
 
 
 def add_commands(sub: Any) -> None:
@@ -223,6 +248,23 @@ def add_commands(sub: Any) -> None:
     stats.add_argument("--show-problems", type=int, default=5, help="problems to list (default 5)")
     stats.set_defaults(func=cmd_stats)
 
-    report = sub.add_parser("report", help="print a bench or e2e JSON report as Markdown tables")
-    report.add_argument("file", help="JSON written by `dtdr-agents bench/e2e --json`")
+    report = sub.add_parser(
+        "report",
+        help="print a JSON report as Markdown, or regenerate the docs' tables from a results "
+        "folder (--write / --check)",
+    )
+    report.add_argument(
+        "file", help="JSON written by `dtdr-agents bench/e2e --json`, or a results folder"
+    )
+    mode = report.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--write", action="store_true", help="rewrite the generated blocks of the documents"
+    )
+    mode.add_argument(
+        "--check", action="store_true", help="exit 1 when a generated block is stale (default)"
+    )
+    report.add_argument("--root", default=".", help="repository root (default .)")
+    report.add_argument(
+        "--docs", nargs="+", help="documents to generate (default README.md docs/*.md CHANGELOG.md)"
+    )
     report.set_defaults(func=cmd_report)
