@@ -9,7 +9,8 @@ name what generates it::
 
 Kinds: ``table FILE`` (one bench or demo report: every retriever, the paired comparisons),
 ``curve FILE`` (its learning curve), ``headline FILE ...`` (`hybrid` against the best other
-retriever of each run) and ``scale FILE`` (the large-catalogue benchmark). FILE is relative to
+retriever of each run), ``scale FILE`` (the large-catalogue benchmark) and ``speed FILE``
+(`dtdr-agents speed`). FILE is relative to
 the results folder. Every JSON is validated first (protocol, required fields, at least
 `MIN_SEEDS` seeds); a bad one names the file and the field, and nothing is written.
 """
@@ -145,6 +146,36 @@ def load_scale(path: Path) -> dict[str, Any]:
     return data
 
 
+class _Speed(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    machine: dict[str, Any]
+    n_demos: int
+    n_test_queries: int
+    n_tools: int
+    encoder: str
+    encoder_load_s: float
+    fit_s: dict[str, float]
+    rank: dict[str, dict[str, float]]
+    peak_rss_mb: float
+
+
+def load_speed(path: Path) -> dict[str, Any]:
+    """A validated `dtdr-agents speed --n-demos N --json` result."""
+    data = _read(path)
+    try:
+        _Speed.model_validate(data)
+    except ValidationError as exc:
+        raise _field_error(path, exc) from exc
+    return data
+
+
+def render_speed(data: Mapping[str, Any], name: str) -> str:
+    """The speed benchmark's printed lines, as a code block."""
+    from dtdr_agents.perf import format_speed
+
+    return "\n".join(["```", format_speed(dict(data)), "```", "", f"`{name}`."])
+
+
 def _f(value: Any) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -261,10 +292,12 @@ def render(spec: str, results_dir: Path, *, where: str, min_seeds: int = MIN_SEE
         )
     elif kind == "scale" and len(paths) == 1:
         body = render_scale(load_scale(paths[0]), files[0])
+    elif kind == "speed" and len(paths) == 1:
+        body = render_speed(load_speed(paths[0]), files[0])
     else:
         raise ResultsError(
             f"{where}: marker '{spec}': kind must be 'table FILE', 'curve FILE', "
-            "'headline FILE ...' or 'scale FILE'"
+            "'headline FILE ...', 'scale FILE' or 'speed FILE'"
         )
     return body + "\n"
 
