@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dtdr_agents.atomic import atomic_write_text
 from dtdr_agents.evaluation import PROTOCOL
-from dtdr_agents.report import comparison_lines, format_ablation, format_markdown
+from dtdr_agents.report import comparison_lines, format_ablations, format_markdown
 
 MIN_SEEDS = 3
 """Published figures are means over at least this many seeds."""
@@ -207,7 +207,7 @@ def render_curve(report: Mapping[str, Any], name: str) -> str:
     rows = (report.get("ablations") or {}).get("n_demos")
     if not rows:
         raise ResultsError(f"{name}: field ablations.n_demos: missing (run with --ablations)")
-    return "\n".join([format_ablation(rows, "demonstrations"), "", _seeds_line(report, name)])
+    return "\n".join([format_ablations(rows, "demonstrations"), "", _seeds_line(report, name)])
 
 
 def render_headline(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> str:

@@ -355,20 +355,40 @@ def aggregate_ablations(
     return out
 
 
-def format_ablation(rows: Mapping[str, Mapping[str, Mapping[str, Any]]], title: str) -> str:
-    """A Markdown table of one ablation: tool-MRR and its interval per retriever and point."""
+def format_ablation(
+    rows: Mapping[str, Mapping[str, Mapping[str, Any]]], title: str, figure: str = "tool_mrr"
+) -> str:
+    """A Markdown table of one ablation: `figure` per retriever and point (tool-MRR with CI)."""
     ids = list(dict.fromkeys(rid for values in rows.values() for rid in values))
     lines = [f"| {title} | " + " | ".join(ids) + " |", "|---:|" + "---:|" * len(ids)]
     for x, values in rows.items():
-        cells = [
-            f"{_cell(values[i].get('tool_mrr'), 'tool_mrr')} "
-            f"{_cell(values[i].get('tool_mrr_ci'), 'tool_mrr_ci')}"
-            if i in values
-            else "-"
-            for i in ids
-        ]
+        cells = []
+        for i in ids:
+            if i not in values:
+                cells.append("-")
+                continue
+            cell = _cell(values[i].get(figure), figure)
+            if figure == "tool_mrr":
+                cell += f" {_cell(values[i].get('tool_mrr_ci'), 'tool_mrr_ci')}"
+            cells.append(cell)
         lines.append(f"| {x} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+CURVE_TITLES = (
+    ("tool_mrr", "tool-MRR [95% CI]"),
+    ("stop_f1", "stop F1"),
+    ("paper_mrr", "paper-protocol MRR"),
+)
+"""The figures of an ablation shown in reports, with their titles."""
+
+
+def format_ablations(rows: Mapping[str, Mapping[str, Mapping[str, Any]]], title: str) -> str:
+    """One Markdown table per figure of `CURVE_TITLES` for one ablation."""
+    parts = []
+    for figure, name in CURVE_TITLES:
+        parts += [f"{name} by {title}:", "", format_ablation(rows, title, figure), ""]
+    return "\n".join(parts[:-1])
 
 
 def format_report_markdown(report: Mapping[str, Any]) -> str:
@@ -388,5 +408,5 @@ def format_report_markdown(report: Mapping[str, Any]) -> str:
     for key, title in ABLATION_TITLES:
         rows = ablations.get(key) or {}
         if rows:
-            lines += ["", f"tool-MRR [95% CI] by {title}:", "", format_ablation(rows, title)]
+            lines += ["", format_ablations(rows, title)]
     return "\n".join(lines)
