@@ -6,13 +6,19 @@ bound-schema tokens per model call, prefix reuse (share of calls whose tools arr
 the previous call's, what provider prompt caches need) and bound-tool recall (share of plan
 steps where a tool the plan allows next was bound).
 
-    python cookbook/cache_append.py --path /work/shared/datasets/taskbench_hf_subset
+    python cookbook/cache_append.py --path ../shared/datasets/taskbench_hf_subset
+
+Without ``--path`` it reads ``DTDR_DATASETS/taskbench_hf_subset`` when that environment
+variable names the datasets folder, else ``shared/datasets/taskbench_hf_subset`` beside the
+repository.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
+from pathlib import Path
 
 from dtdr_agents.datasets import load_train_test
 from dtdr_agents.prompting import get_token_counter
@@ -21,7 +27,10 @@ from dtdr_agents.retrievers import make_retriever
 from dtdr_agents.runtime import BindingPolicy, StepSelector
 from dtdr_agents.selection import SelectionPolicy
 
-DEFAULT_PATH = "/work/shared/datasets/taskbench_hf_subset"
+DEFAULT_PATH = str(
+    Path(os.environ.get("DTDR_DATASETS") or Path(__file__).resolve().parents[2] / "shared/datasets")
+    / "taskbench_hf_subset"
+)
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, object]]:

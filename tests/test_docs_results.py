@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def results(tmp_path_factory, encoder):
     folder = tmp_path_factory.mktemp("results")
-    args = ["bench", "--dataset", "demo", "--limit", "200", "--retrievers", "dr,hybrid"]
+    args = ["bench", "--dataset", "demo", "--limit", "120", "--retrievers", "dr,hybrid"]
     code = main([*args, "--seeds", "3", "--json", str(folder / "demo.json"), "-q"])
     assert code == 0
     return folder
