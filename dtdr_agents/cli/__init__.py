@@ -45,6 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `dtdr-agents` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # reports record the command line
     try:
         code: int = args.func(args)
     except DTDRError as exc:

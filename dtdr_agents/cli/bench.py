@@ -117,6 +117,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         same_requests=run.same_requests,
         extra=extra,
         breakdowns=True,
+        argv=getattr(args, "argv", None),
     )
     print(format_table(report))
     print(LEGEND)

@@ -66,6 +66,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         seeds=seeds,
         same_requests=run.same_requests,
         extra={"skipped": run.skipped},
+        argv=getattr(args, "argv", None),
     )
     print(format_table(report))
     print(LEGEND)
