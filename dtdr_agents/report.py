@@ -184,8 +184,13 @@ def build_report(
     extra: Mapping[str, Any] | None = None,
     breakdowns: bool = False,
     argv: Sequence[str] | None = None,
+    origin: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The JSON report of a seeded run (see the module docstring)."""
+    """The JSON report of a seeded run (see the module docstring).
+
+    `origin` is the run's `provenance`, taken when it started (the commit of the code that
+    ran); by default it is taken now.
+    """
     n_steps = max((r.n_steps for rs in runs.values() for r in rs), default=0)
     out: dict[str, Any] = {
         "kind": "bench",
@@ -196,7 +201,7 @@ def build_report(
         "n_steps": n_steps,
         "encoder": encoder,
         "same_requests": same_requests,
-        "provenance": provenance(seeds, argv),
+        "provenance": dict(origin) if origin is not None else provenance(seeds, argv),
         "results": {
             rid: seeded_entry(rs, seeds, same_requests=same_requests, breakdowns=breakdowns)
             for rid, rs in runs.items()

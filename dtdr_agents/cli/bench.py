@@ -27,6 +27,7 @@ from dtdr_agents.report import (
     build_report,
     format_report_markdown,
     format_table,
+    provenance,
     write_json,
 )
 from dtdr_agents.retrievers import default_bench_ids
@@ -60,6 +61,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             f"--ablations: unknown {', '.join(unknown)}; choose from {', '.join(ABLATIONS)}"
         )
     seeds = seed_list(args)
+    origin = provenance(seeds, getattr(args, "argv", None))  # the code that runs is this commit
     train, test = load_split(args)
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
     encoder = get_encoder(args.encoder, cache_dir=cache_dir)
@@ -117,7 +119,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         same_requests=run.same_requests,
         extra=extra,
         breakdowns=True,
-        argv=getattr(args, "argv", None),
+        origin=origin,
     )
     print(format_table(report))
     print(LEGEND)

@@ -32,10 +32,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from dtdr_agents.datasets.split import split_demonstrations
     from dtdr_agents.datasets.synthetic import make_demo_dataset
     from dtdr_agents.encoders import get_encoder
-    from dtdr_agents.report import LEGEND, build_report, format_table, write_json
+    from dtdr_agents.report import LEGEND, build_report, format_table, provenance, write_json
 
     data = make_demo_dataset(n=args.n, seed=args.seed)
     seeds = [args.seed + i for i in range(args.seeds)]
+    origin = provenance(seeds, getattr(args, "argv", None))
     encoder = get_encoder(args.encoder, cache_dir=args.cache_dir)
     ids = args.retrievers.split(",") if args.retrievers else list(DEMO_RETRIEVERS)
     print(
@@ -66,7 +67,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         seeds=seeds,
         same_requests=run.same_requests,
         extra={"skipped": run.skipped},
-        argv=getattr(args, "argv", None),
+        origin=origin,
     )
     print(format_table(report))
     print(LEGEND)
