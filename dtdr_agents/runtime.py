@@ -218,7 +218,9 @@ class BindingPolicy:
             prefix.
         cache_cap: With ``"append"``, the most tools the bound list may hold; when a step
             would exceed it, the list restarts from that step's selection. Default ``3 * k``
-            (the whole catalogue when `k` is None).
+            (the whole catalogue when `k` is None). The one exception: a step whose own
+            selection is larger than the cap (a widened or out-of-distribution selection,
+            at most `SelectionPolicy.fallback_k`) binds exactly that selection.
         widen_k: `k` of the one re-selection made when the model calls a tool that is not
             bound or answers while the retriever expects more calls (hard modes). Default
             ``2 * k`` (all tools when `k` is None).
@@ -501,7 +503,7 @@ def _bind_set(ctx: BindContext) -> tuple[str, ...]:
     the whole turn. It is recommended again (with the calls so far, which stay in it) when the
     model called a tool outside it (a widening re-selection, or an allowed unbound call), or
     when the next-step ranking has moved on: none of the step's selected tools is in the set.
-    An out-of-distribution request binds every tool.
+    An out-of-distribution request binds the step's bounded fallback selection.
     """
     prev = ctx.previous
     if prev is not None:
@@ -513,7 +515,7 @@ def _bind_set(ctx: BindContext) -> tuple[str, ...]:
             return prev.bound
     rec = ctx.retriever.recommend(ctx.query, ctx.history, ignore_unknown=True)
     if rec.fallback:
-        return tuple(ctx.catalogue.names)
+        return ctx.selected
     names = [n for n in rec.names if ctx.catalogue.has(n)]
     if prev is not None and ctx.history == prev.history:  # widening: keep the wider selection
         names += [n for n in (*prev.bound, *ctx.selected) if n not in names]

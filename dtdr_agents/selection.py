@@ -29,8 +29,13 @@ class SelectionPolicy:
         always_include: Names added to every selection (not counted against `k`).
         include_end: Keep the end-of-plan token if it ranks inside the cut (it is never bound
             to a model; callers may use it as a hint that the plan is complete).
-        respect_fallback: When the ranking says the query is out of distribution, return
-            every tool.
+        respect_fallback: When the ranking says the query is out of distribution, keep the
+            ranking's top `fallback_k` tools instead of applying `k`, `threshold` and
+            `coverage` (the retriever's evidence is not to be trusted there).
+        fallback_k: How many tools an out-of-distribution selection keeps (the ranking's
+            best, which falls back to zero-shot relevance); None keeps every tool.
+        max_tools: A hard cap on the selection's size, `always_include` included (for
+            example a provider's limit on the tools of one request); None: no cap.
         include_zero: Let `k` (and `coverage`) keep zero-probability tools, in catalogue
             order after the others, e.g. to return exactly `k` documents; False keeps only
             tools with some probability.
@@ -44,9 +49,11 @@ class SelectionPolicy:
     include_end: bool = False
     respect_fallback: bool = True
     include_zero: bool = True
+    fallback_k: int | None = 32
+    max_tools: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("k", "min_k"):
+        for name in ("k", "min_k", "fallback_k", "max_tools"):
             value = getattr(self, name)
             if value is not None and (
                 not isinstance(value, int | np.integer) or isinstance(value, bool)
@@ -64,6 +71,10 @@ class SelectionPolicy:
             raise ValueError(f"SelectionPolicy.threshold must be in [0, 1), got {self.threshold}")
         if self.coverage is not None and not 0.0 < self.coverage <= 1.0:
             raise ValueError(f"SelectionPolicy.coverage must be in (0, 1], got {self.coverage}")
+        for name in ("fallback_k", "max_tools"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"SelectionPolicy.{name} must be >= 1 or None, got {value}")
         if self.min_k < 0:
             raise ValueError(f"SelectionPolicy.min_k must be >= 0, got {self.min_k}")
         given: Any = self.always_include
@@ -84,8 +95,8 @@ class Selection:
     Attributes:
         names: Selected tool names, best first (then `always_include` extras).
         probabilities: The ranking's probability of each selected name.
-        fallback: True when every tool was returned because the query looked out of
-            distribution; `reason` says why.
+        fallback: True when the query looked out of distribution, so the ranking's top
+            `SelectionPolicy.fallback_k` tools were returned; `reason` says why.
         reason: Why the fallback fired, or None.
         end_probability: The ranking's probability that the plan is complete.
     """
@@ -118,7 +129,8 @@ def select(ranking: Ranking, policy: SelectionPolicy | None = None) -> Selection
     """Apply `policy` to `ranking`.
 
     The end-of-plan token is ranked like a tool but only returned when `include_end` is set;
-    `always_include` names must be candidates of the ranking.
+    `always_include` names must be candidates of the ranking. An out-of-distribution ranking
+    keeps its top `fallback_k`; the result never holds more than `max_tools` names.
     """
     policy = policy or SelectionPolicy()
     unknown = [n for n in policy.always_include if n not in ranking.names or n == END_OF_PLAN]
@@ -132,15 +144,15 @@ def select(ranking: Ranking, policy: SelectionPolicy | None = None) -> Selection
     sorted_probs = ranking.probabilities[order]
     end_p = ranking.probability(END_OF_PLAN)
     if ranking.fallback and policy.respect_fallback:
-        chosen: list[int] = [int(i) for i in order]
+        chosen: list[int] = [int(i) for i in order[: policy.fallback_k]]
     else:
         chosen = [int(i) for i in order[: _cut(sorted_probs, policy)]]
     names = [ranking.names[i] for i in chosen]
-    seen = set(names)
-    for extra in policy.always_include:
-        if extra not in seen:
-            names.append(extra)
-            seen.add(extra)
+    extras = [n for n in dict.fromkeys(policy.always_include) if n not in set(names)]
+    if policy.max_tools is not None:  # the cap holds always; always_include is kept first
+        extras = extras[: policy.max_tools]
+        names = names[: max(0, policy.max_tools - len(extras))]
+    names += extras
     return Selection(
         names=tuple(names),
         probabilities=tuple(ranking.probability(n) for n in names),

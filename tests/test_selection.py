@@ -77,7 +77,7 @@ def test_always_include_must_be_in_catalogue():
         select(ranking, SelectionPolicy(always_include=("zz",)))
 
 
-def test_fallback_returns_every_tool_and_says_why():
+def test_fallback_returns_the_top_fallback_k_tools_and_says_why():
     ranking = Ranking(
         ("a", "b", "c", END_OF_PLAN),
         np.array([0.7, 0.2, 0.05, 0.05]),
@@ -86,7 +86,37 @@ def test_fallback_returns_every_tool_and_says_why():
     )
     chosen = select(ranking, SelectionPolicy(k=1))
     assert chosen.names == ("a", "b", "c") and chosen.fallback and chosen.reason == "far"
+    assert select(ranking, SelectionPolicy(k=1, fallback_k=2)).names == ("a", "b")
     assert select(ranking, SelectionPolicy(k=1, respect_fallback=False)).names == ("a",)
+
+
+def _wide_fallback(n: int = 10_000) -> Ranking:
+    names = tuple(f"tool_{i:05d}" for i in range(n))
+    probs = np.random.default_rng(0).random(n + 1)
+    return Ranking((*names, END_OF_PLAN), probs / probs.sum(), fallback=True, fallback_reason="far")
+
+
+def test_an_out_of_distribution_request_never_exposes_the_whole_catalogue():
+    ranking = _wide_fallback()
+    chosen = select(ranking, SelectionPolicy(k=5))
+    assert len(chosen.names) == 32 and chosen.fallback  # fallback_k's default
+    best = [n for n in ranking.ranked_names() if n != END_OF_PLAN][:32]
+    assert list(chosen.names) == best  # the ranking's best, not catalogue order
+    assert len(select(ranking, SelectionPolicy(k=5, fallback_k=None)).names) == 10_000
+
+
+def test_max_tools_caps_every_selection_always_include_first():
+    ranking = _wide_fallback(200)
+    extra = ("tool_00007", "tool_00008")
+    capped = select(ranking, SelectionPolicy(k=50, max_tools=10, always_include=extra))
+    assert len(capped.names) == 10 and capped.names[-2:] == extra
+    capped = select(ranking, SelectionPolicy(k=50, fallback_k=100, max_tools=20))
+    assert len(capped.names) == 20
+    in_dist = Ranking(ranking.names, ranking.probabilities)
+    assert len(select(in_dist, SelectionPolicy(k=50, max_tools=7)).names) == 7
+    assert select(in_dist, SelectionPolicy(k=3, max_tools=1, always_include=extra)).names == (
+        extra[0],
+    )
 
 
 def test_coverage_is_smallest_prefix_reaching_p():
@@ -96,7 +126,18 @@ def test_coverage_is_smallest_prefix_reaching_p():
     assert select(ranking, SelectionPolicy(k=None, threshold=0.25)).names == ("a", "b")
 
 
-@pytest.mark.parametrize("bad", [{"k": 0}, {"threshold": 1.5}, {"coverage": 0.0}, {"min_k": -1}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"k": 0},
+        {"threshold": 1.5},
+        {"coverage": 0.0},
+        {"min_k": -1},
+        {"fallback_k": 0},
+        {"max_tools": 0},
+        {"fallback_k": 2.5},
+    ],
+)
 def test_bad_policy_names_the_field(bad):
     field = next(iter(bad))
     with pytest.raises(ValueError, match=field):
