@@ -10,9 +10,20 @@ import secrets
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
+
+from dtdr_agents.errors import DTDRError
+
+
+class ForeignFolderError(DTDRError, FileExistsError):
+    """A save would replace a folder that holds something this package did not write."""
+
+
+ReplaceCheck = Callable[[Path], str | None]
+"""Why an existing folder may not be replaced by a save, or None when it may."""
 
 
 def _fsync_write(path: Path, content: bytes) -> None:
@@ -110,8 +121,82 @@ def _swap_dirs(new: Path, target: Path) -> bool:
     return True
 
 
-def atomic_write_dir(target: str | Path, files: Mapping[str, bytes]) -> Path:
+def only_empty(folder: Path) -> str | None:
+    """The default `ReplaceCheck`: only an empty folder may be replaced."""
+    try:
+        with os.scandir(folder) as entries:
+            first = next(iter(entries), None)
+    except OSError as exc:
+        return f"cannot list it ({exc.strerror})"
+    return None if first is None else f"it holds {first.name!r}"
+
+
+def resolve_target(target: str | Path) -> Path:
+    """The absolute folder a write to `target` replaces (".", ".." and "" resolved)."""
+    path = Path(target).expanduser()
+    if path.name in ("", ".", ".."):
+        return path.resolve()
+    return path.parent.resolve() / path.name
+
+
+def check_target(target: Path, replaceable: ReplaceCheck) -> None:
+    """Refuse a write that would replace something not ours (`target` from `resolve_target`).
+
+    Raises:
+        ForeignFolderError: If `target` is a symbolic link or not a folder, is or holds the
+            current working folder, or exists and `replaceable` gives a reason against it.
+    """
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise ForeignFolderError(f"{target} exists and is not a folder; nothing was written")
+    if not target.exists():
+        return
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:
+        cwd = None
+    if cwd is not None and (cwd == target or target in cwd.parents):
+        raise ForeignFolderError(
+            f"{target} is the current working folder or holds it; a save replaces the whole "
+            "folder, so name a new sub-folder instead (e.g. -o model); nothing was written"
+        )
+    reason = replaceable(target)
+    if reason is not None:
+        raise ForeignFolderError(
+            f"{target} exists and is not a model folder that a save may replace ({reason}); "
+            "nothing was written: choose a new folder, or remove it yourself"
+        )
+
+
+def _dispose(old: Path, target: Path, replaceable: ReplaceCheck) -> None:
+    """Remove the previous version `old` of `target` if it is still replaceable.
+
+    Something that appeared in it since the check is kept: the folder is renamed to a
+    visible `NAME.replaced-*` sibling and a warning names it.
+    """
+    if replaceable(old) is None:
+        shutil.rmtree(old, ignore_errors=True)
+        return
+    kept = target.parent / f"{target.name}.replaced-{os.getpid()}-{secrets.token_hex(4)}"
+    os.replace(old, kept)
+    warnings.warn(
+        f"{target}: files appeared in the previous version while it was replaced; it was "
+        f"kept as {kept}",
+        stacklevel=3,
+    )
+
+
+def atomic_write_dir(
+    target: str | Path,
+    files: Mapping[str, bytes],
+    *,
+    replaceable: ReplaceCheck = only_empty,
+) -> Path:
     """Write `files` (relative path -> content) as the folder `target`, all or nothing.
+
+    Nothing that this write did not make is deleted. An existing `target` is replaced only
+    when `replaceable(target)` returns None (by default: only an empty folder); otherwise,
+    and when `target` is or holds the current working folder, the write is refused before
+    anything is written. The previous version is checked again before it is removed.
 
     The folder is built completely beside the target (`.NAME.tmp-*`), then made visible in
     one atomic step: a rename when `target` does not exist, else an atomic exchange of the
@@ -121,23 +206,24 @@ def atomic_write_dir(target: str | Path, files: Mapping[str, bytes]) -> Path:
     by an advisory lock, and each save removes what killed saves left behind. Where the
     exchange is not available the old folder is first renamed aside (`.NAME.old-*`): a
     reader in between retries, and a save killed in between leaves the old folder there.
+    A write that fails leaves the previous version in place and no temporary folder.
 
     Relative paths may name sub-folders ("base/manifest.json"). Folders and files follow
     the umask.
 
     Raises:
-        FileExistsError: If `target` exists and is not a folder.
+        ForeignFolderError: If `target` is not a folder, is or holds the current working
+            folder, or may not be replaced (the reason is given); nothing is written.
     """
-    target = Path(target).expanduser()
-    target = target.parent.resolve() / target.name
+    target = resolve_target(target)
     checked = {name: _relative(name) for name in files}
     target.parent.mkdir(parents=True, exist_ok=True)
     with _save_lock(target.parent):
-        if target.is_symlink() or (target.exists() and not target.is_dir()):
-            raise FileExistsError(f"{target} exists and is not a folder")
+        check_target(target, replaceable)
         for stale in _leftovers(target.parent, target.name):
             shutil.rmtree(stale, ignore_errors=True)
         tmp = _make_dir(target.parent, f".{target.name}.tmp-")
+        swapped = False
         try:
             for name, rel in checked.items():
                 dest = tmp.joinpath(*rel.parts)
@@ -146,7 +232,8 @@ def atomic_write_dir(target: str | Path, files: Mapping[str, bytes]) -> Path:
             if not target.exists():
                 os.rename(tmp, target)
             elif _swap_dirs(tmp, target):
-                pass  # `tmp` now holds the previous version, removed below
+                swapped = True  # `tmp` now holds the previous version
+                _dispose(tmp, target, replaceable)
             else:
                 old = target.parent / f".{target.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
                 os.replace(target, old)
@@ -155,7 +242,8 @@ def atomic_write_dir(target: str | Path, files: Mapping[str, bytes]) -> Path:
                 except BaseException:
                     os.replace(old, target)
                     raise
-                shutil.rmtree(old, ignore_errors=True)
+                _dispose(old, target, replaceable)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if not swapped:  # the new build, never the previous version
+                shutil.rmtree(tmp, ignore_errors=True)
     return target

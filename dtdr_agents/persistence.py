@@ -13,8 +13,13 @@ Integrity: the manifest's "integrity" field holds the SHA-256 of the arrays file
 manifest itself (canonical JSON without that field, so the tool order, the parameters and
 every scalar are bound to the arrays) and of each child's manifest. `read_model` verifies
 them, reads every file through one open handle of the folder (a save that replaces the
-folder meanwhile cannot mix two versions), never follows a symbolic link, and caps the
-manifest's size.
+folder meanwhile cannot mix two versions), never follows a symbolic link, reads only
+regular files (a named pipe or a folder in a file's place is refused before it is opened),
+caps the size of the manifest (`MAX_MANIFEST_BYTES`) and of the arrays
+(`MAX_ARRAYS_BYTES`), and refuses NaN and infinite numbers in both.
+
+Saving never deletes what is not ours: `write_model` replaces an existing folder only when
+it is empty or holds a saved model and nothing else (`model_folder_problem`).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from dtdr_agents._version import __version__
-from dtdr_agents.atomic import atomic_write_dir
+from dtdr_agents.atomic import atomic_write_dir, check_target, resolve_target
 from dtdr_agents.errors import DTDRError, ModelLoadError
 from dtdr_agents.types import Toolset
 
@@ -46,6 +51,9 @@ CHILD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 """A nested retriever's folder name: a constructor parameter name."""
 MAX_MANIFEST_BYTES = 64 * 2**20
 """Largest manifest read (a catalogue of 100,000 tools fits)."""
+MAX_ARRAYS_BYTES = 4 * 2**30
+"""Largest arrays file read (4 GiB: 384-dim embeddings and a linear layer over 1,000,000
+tools fit)."""
 READ_RETRY_SECONDS = 10.0
 """How long a load retries a folder that concurrent saves keep replacing before it gives up."""
 
@@ -84,13 +92,26 @@ class SavedModel:
             out.update(files)
             child_digests[name] = digest
         arrays = {k: np.ascontiguousarray(v) for k, v in self.arrays.items()}
+        for name, array in arrays.items():
+            if array.dtype.kind == "f" and not np.isfinite(array).all():
+                raise ValueError(
+                    f"cannot save {self.manifest.get('class', 'the model')}: array {name!r} "
+                    "holds NaN or infinite values (a load would refuse it)"
+                )
         arrays_bytes = st_save(arrays, metadata={"tools_sha256": tool_order_digest(self.manifest)})
         manifest = {k: v for k, v in self.manifest.items() if k != "integrity"}
         manifest["children"] = sorted(self.children)
         manifest["arrays"] = {
             k: {"dtype": v.dtype.str, "shape": list(v.shape)} for k, v in sorted(arrays.items())
         }
-        manifest = json.loads(json.dumps(manifest, default=_json_default, ensure_ascii=False))
+        try:
+            text = json.dumps(manifest, default=_json_default, ensure_ascii=False, allow_nan=False)
+        except ValueError as exc:  # NaN or infinity: a load would refuse it
+            raise ValueError(
+                f"cannot save {manifest.get('class', 'the model')}: a parameter or learned "
+                f"value is NaN or infinite ({exc})"
+            ) from None
+        manifest = json.loads(text)
         digest = manifest_digest(manifest)
         manifest["integrity"] = {
             "arrays_sha256": hashlib.sha256(arrays_bytes).hexdigest(),
@@ -144,9 +165,71 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"cannot write {type(obj).__name__} to JSON")
 
 
+def model_folder_problem(folder: Path) -> str | None:
+    """Why a save may not replace the existing folder `folder`; None when it may.
+
+    It may when it is empty, or when it holds a saved model and nothing else: a
+    `manifest.json` of this format, `arrays.safetensors`, and the sub-folders of the nested
+    retrievers that the manifest lists, each of which passes the same check.
+    """
+    try:
+        with os.scandir(folder) as listing:
+            entries = {entry.name: entry for entry in listing}
+    except OSError as exc:
+        return f"cannot list it ({exc.strerror})"
+    if not entries:
+        return None
+    if MANIFEST not in entries:
+        return f"it holds {min(entries)!r} and no {MANIFEST}"
+    try:
+        fd = _open_dir(folder, None, folder)
+        try:
+            data = _read_manifest_bytes(fd, folder / MANIFEST)
+        finally:
+            os.close(fd)
+        manifest = json.loads(data.decode("utf-8"))
+    except (ModelLoadError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        return f"its {MANIFEST} cannot be read: {exc}"
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        return f"its {MANIFEST} is not a saved dtdr-agents model (field 'format')"
+    children = manifest.get("children")
+    listed = {c for c in children if isinstance(c, str)} if isinstance(children, list) else set()
+    for name, entry in sorted(entries.items()):
+        if name in (MANIFEST, ARRAYS):
+            if not entry.is_file(follow_symlinks=False):
+                return f"{name!r} is not a regular file"
+        elif name in listed and CHILD_NAME.match(name) and entry.is_dir(follow_symlinks=False):
+            problem = model_folder_problem(Path(entry.path))
+            if problem is not None:
+                return f"{name}/: {problem}"
+        else:
+            return f"it holds {name!r}, which is not part of a saved model"
+    return None
+
+
+def check_save_target(path: str | Path) -> Path:
+    """The folder `write_model(path, ...)` would write, checked before any work is done.
+
+    Raises:
+        ForeignFolderError: If a save to `path` would be refused (see `write_model`).
+    """
+    target = resolve_target(path)
+    check_target(target, model_folder_problem)
+    return target
+
+
 def write_model(path: str | Path, model: SavedModel) -> Path:
-    """Write `model` (and its children) as the folder `path`, all or nothing."""
-    return atomic_write_dir(path, model.files())
+    """Write `model` (and its children) as the folder `path`, all or nothing.
+
+    An existing folder is replaced only when `model_folder_problem` finds nothing against
+    it (an empty folder, or a saved model and nothing else); the current working folder is
+    never replaced. Nothing is deleted that the save did not write.
+
+    Raises:
+        ForeignFolderError: Naming the folder and what is in it; nothing is written.
+    """
+    files = model.files()
+    return atomic_write_dir(path, files, replaceable=model_folder_problem)
 
 
 class _RetryableError(ModelLoadError):
@@ -178,30 +261,93 @@ def _open_error(exc: OSError, shown: Path) -> ModelLoadError:
     return ModelLoadError(f"{shown}: cannot open ({exc.strerror})")
 
 
-def _read_file(dir_fd: int, name: str, shown: Path, cap: int | None) -> bytes:
-    """The bytes of the regular file `name` in the open folder (no symlink followed)."""
+_KINDS = {
+    stat.S_IFDIR: "a folder",
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+def _check_regular(mode: int, size: int, shown: Path, cap: int, cap_name: str) -> None:
+    """Refuse what is not a regular file of at most `cap` bytes (named `cap_name`)."""
+    if stat.S_ISLNK(mode):
+        raise ModelLoadError(
+            f"{shown}: is a symbolic link; a model folder must not link outside itself"
+        )
+    if not stat.S_ISREG(mode):
+        kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        raise ModelLoadError(f"{shown}: is {kind}, not a regular file")
+    if size > cap:
+        raise ModelLoadError(
+            f"{shown}: {size} bytes, more than the {cap} allowed "
+            f"(dtdr_agents.persistence.{cap_name})"
+        )
+
+
+def _read_file(dir_fd: int, name: str, shown: Path, cap: int, cap_name: str) -> bytes:
+    """The bytes of the regular file `name` in the open folder (no symlink followed).
+
+    The type is checked before the file is opened, and opened without blocking, so a named
+    pipe in its place is refused instead of waiting for a writer.
+    """
     try:
-        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0), dir_fd=dir_fd)
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         raise _RetryableError(f"{shown}: missing") from None
     except OSError as exc:
         raise _open_error(exc, shown) from None
-    with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fh.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ModelLoadError(f"{shown}: not a regular file")
-        if cap is not None and info.st_size > cap:
-            raise ModelLoadError(
-                f"{shown}: {info.st_size} bytes, more than the {cap} a manifest may have"
-            )
-        return fh.read()
+    _check_regular(info.st_mode, info.st_size, shown, cap, cap_name)
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise _RetryableError(f"{shown}: missing") from None
+    except OSError as exc:
+        raise _open_error(exc, shown) from None
+    try:
+        info = os.fstat(fd)  # the name may have been replaced since the check
+        _check_regular(info.st_mode, info.st_size, shown, cap, cap_name)
+        with os.fdopen(fd, "rb") as fh:
+            fd = -1
+            data = fh.read(cap + 1)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(data) > cap:
+        _check_regular(stat.S_IFREG, len(data), shown, cap, cap_name)
+    return data
+
+
+def _read_manifest_bytes(dir_fd: int, shown: Path) -> bytes:
+    return _read_file(dir_fd, MANIFEST, shown, MAX_MANIFEST_BYTES, "MAX_MANIFEST_BYTES")
+
+
+def _read_arrays_bytes(dir_fd: int, shown: Path) -> bytes:
+    return _read_file(dir_fd, ARRAYS, shown, MAX_ARRAYS_BYTES, "MAX_ARRAYS_BYTES")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not np.isfinite(value):
+        raise ValueError(f"number {text} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
 
 
 def _parse_manifest(data: bytes, mpath: Path) -> dict[str, Any]:
     try:
-        manifest = json.loads(data.decode("utf-8"))
+        manifest = json.loads(
+            data.decode("utf-8"), parse_float=_finite_float, parse_constant=_no_constant
+        )
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise _RetryableError(f"{mpath}: not valid JSON ({exc})") from None
+    except ValueError as exc:  # NaN, Infinity, 1e999: never a valid parameter or state
+        raise ModelLoadError(f"{mpath}: holds a NaN or infinite number ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise _RetryableError(f"{mpath}: field 'format' is not {FORMAT!r}")
     if manifest.get("format_version") != FORMAT_VERSION:
@@ -264,9 +410,7 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     """
     fd = _open_dir(folder, None, folder)
     try:
-        return _parse_manifest(
-            _read_file(fd, MANIFEST, folder / MANIFEST, MAX_MANIFEST_BYTES), folder / MANIFEST
-        )
+        return _parse_manifest(_read_manifest_bytes(fd, folder / MANIFEST), folder / MANIFEST)
     finally:
         os.close(fd)
 
@@ -285,7 +429,7 @@ def read_arrays(folder: Path) -> dict[str, np.ndarray]:
     """The arrays of the model folder `folder` (safetensors, no pickle; not verified)."""
     fd = _open_dir(folder, None, folder)
     try:
-        return _load_arrays(_read_file(fd, ARRAYS, folder / ARRAYS, None), folder / ARRAYS)
+        return _load_arrays(_read_arrays_bytes(fd, folder / ARRAYS), folder / ARRAYS)
     finally:
         os.close(fd)
 
@@ -293,7 +437,7 @@ def read_arrays(folder: Path) -> dict[str, np.ndarray]:
 def _read_at(dir_fd: int, folder: Path, expected: str | None) -> SavedModel:
     """Read and verify the model in the open folder `dir_fd` (shown as `folder`)."""
     mpath, apath = folder / MANIFEST, folder / ARRAYS
-    manifest = _parse_manifest(_read_file(dir_fd, MANIFEST, mpath, MAX_MANIFEST_BYTES), mpath)
+    manifest = _parse_manifest(_read_manifest_bytes(dir_fd, mpath), mpath)
     integrity = manifest["integrity"]
     _check_catalogue(manifest, mpath)
     digest = manifest_digest(manifest)
@@ -304,7 +448,7 @@ def _read_at(dir_fd: int, folder: Path, expected: str | None) -> SavedModel:
         )
     if expected is not None and digest != expected:
         raise _RetryableError(f"{mpath}: not the nested model its parent folder was saved with")
-    data = _read_file(dir_fd, ARRAYS, apath, None)
+    data = _read_arrays_bytes(dir_fd, apath)
     if hashlib.sha256(data).hexdigest() != integrity["arrays_sha256"]:
         raise _RetryableError(f"{apath}: corrupt (its SHA-256 does not match {mpath})")
     if _arrays_metadata(data, apath).get("tools_sha256") != tool_order_digest(manifest):
