@@ -217,6 +217,7 @@ def render_headline(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
         "difference [95% CI] | verdict | hybrid stop F1 | hybrid paper MRR |",
         "|---|---:|---|---:|---:|---|---:|---:|",
     ]
+    not_ahead: list[str] = []
     for name, report in reports:
         entry = report["results"].get("hybrid")
         comparisons = report.get("comparisons") or []
@@ -227,12 +228,27 @@ def render_headline(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
             )
         best = comparisons[0]
         other = report["results"][best["b"]]
+        label = Path(name).stem
         lines.append(
-            f"| {report['dataset']} | {_f(entry['tool_mrr'])} {_ci(entry['tool_mrr_ci'])} | "
+            f"| {label} | {_f(entry['tool_mrr'])} {_ci(entry['tool_mrr_ci'])} | "
             f"`{best['b']}` | {_f(other['tool_mrr'])} {_ci(other['tool_mrr_ci'])} | "
             f"{best['diff']:+.3f} [{best['diff_ci'][0]:+.3f}, {best['diff_ci'][1]:+.3f}] | "
             f"{best['verdict']} | {_f(entry.get('stop_f1'))} | {_f(entry['paper_mrr'])} |"
         )
+        not_ahead += [
+            f"`{c['b']}` on {label} ({c['verdict']})"
+            for c in comparisons
+            if c["verdict"] != "beats"
+        ]
+    lines.append("")
+    if not_ahead:
+        lines.append(
+            "`hybrid` is **not** shown ahead of every other retriever: against "
+            + "; ".join(not_ahead)
+            + ", the interval of the difference does not exclude 0 or favours the other."
+        )
+    else:
+        lines.append("`hybrid` beats every other retriever of every run listed here.")
     return "\n".join(lines)
 
 

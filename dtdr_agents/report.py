@@ -263,11 +263,18 @@ def _policies(entries: Mapping[str, Mapping[str, Any]]) -> str:
 
 def comparison_lines(report: Mapping[str, Any]) -> list[str]:
     """One sentence per paired comparison, e.g. "hybrid beats qts: +0.120 [0.100, 0.140]"."""
-    return [
-        f"{c['a']} {c['verdict']} {c['b']} on {c['metric']}: {c['diff']:+.3f} "
-        f"[{c['diff_ci'][0]:+.3f}, {c['diff_ci'][1]:+.3f}] (paired bootstrap over requests)"
-        for c in report.get("comparisons") or []
-    ]
+    lines = []
+    for c in report.get("comparisons") or []:
+        said = (
+            f"{c['a']} {c['verdict']} {c['b']}"
+            if c["verdict"] in ("beats", "loses to")
+            else f"{c['a']} against {c['b']}: {c['verdict']}"
+        )
+        lines.append(
+            f"{said} on {c['metric']}: {c['diff']:+.3f} "
+            f"[{c['diff_ci'][0]:+.3f}, {c['diff_ci'][1]:+.3f}] (paired bootstrap over requests)"
+        )
+    return lines
 
 
 def format_table(report: Mapping[str, Any]) -> str:
@@ -283,7 +290,10 @@ def format_table(report: Mapping[str, Any]) -> str:
 
     lines = [line(header), "  ".join("-" * w for w in widths), *(line(r) for r in body)]
     seeds = report.get("provenance", {}).get("seeds") or []
-    lines.append(f"means over {len(seeds)} seed(s) {seeds}; * = judged by the shared stop rule")
+    note = f"means over {len(seeds)} seed(s) {seeds}"
+    if any(e.get("stop_rule") == "shared" for e in report["results"].values()):
+        note += "; * = judged by the shared stop rule"
+    lines.append(note)
     policies = _policies(report["results"])
     if policies:
         lines.append(policies)
