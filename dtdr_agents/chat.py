@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 import weakref
@@ -22,7 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from dtdr_agents.errors import ChatModelError
-from dtdr_agents.retry import RetryPolicy, acall_with_retry, call_with_retry
+from dtdr_agents.retry import EndpointFaultError, RetryPolicy, acall_with_retry, call_with_retry
 
 Message = tuple[str, str]
 """A chat message as `(role, content)`; roles "system", "human"/"user", "ai"/"assistant"."""
@@ -149,6 +150,34 @@ async def ainvoke_text(model: ChatModel, messages: list[Message]) -> str:
     except Exception as exc:
         raise _model_failed(model, exc) from exc
     return message_text(result)
+
+
+def check_completion(response: Any) -> Any:
+    """`response` if it is a chat completion with a first choice holding a message.
+
+    Raises:
+        EndpointFaultError: The body is an error object, has no choices, or its first choice has
+            no message (an HTTP 200 that is the endpoint's fault, not the model's answer).
+    """
+
+    def get(obj: Any, key: str) -> Any:
+        return obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
+
+    error = get(response, "error")
+    if error:
+        raise EndpointFaultError(f"HTTP 200 with an error body: {str(error)[:200]}")
+    choices = get(response, "choices")
+    if not choices:
+        raise EndpointFaultError("HTTP 200 with no choices")
+    if get(choices[0], "message") is None:
+        raise EndpointFaultError("HTTP 200 whose first choice has no message")
+    return response
+
+
+def _cut_short(exc: json.JSONDecodeError) -> EndpointFaultError:
+    fault = EndpointFaultError(f"HTTP 200 with a body that is not JSON (cut short?): {exc}")
+    fault.__cause__ = exc
+    return fault
 
 
 class OpenAIChat:
@@ -317,6 +346,9 @@ class OpenAIChat:
     ) -> Any:
         """One chat completion (with retries) for OpenAI-format `messages`; the raw response.
 
+        An HTTP 200 that is not a completion (`check_completion`: an error body, no choices,
+        a body cut short) is an `EndpointFaultError`, retried like a 5xx.
+
         Args:
             messages: OpenAI chat messages (dicts; tool-call messages allowed).
             sleep: Waits between retries (inject a recorder in tests).
@@ -328,10 +360,15 @@ class OpenAIChat:
         """
         request = self.request_kwargs(messages, **kwargs)
         client = self.client
+
+        def once() -> Any:
+            try:
+                return check_completion(client.chat.completions.create(**request))
+            except json.JSONDecodeError as exc:
+                raise _cut_short(exc) from exc
+
         try:
-            return call_with_retry(
-                lambda: client.chat.completions.create(**request), self.retry_policy, sleep=sleep
-            )
+            return call_with_retry(once, self.retry_policy, sleep=sleep)
         except Exception as exc:
             raise self._failed(exc) from exc
 
@@ -349,10 +386,15 @@ class OpenAIChat:
         """
         request = self.request_kwargs(messages, **kwargs)
         client = self.async_client
+
+        async def once() -> Any:
+            try:
+                return check_completion(await client.chat.completions.create(**request))
+            except json.JSONDecodeError as exc:
+                raise _cut_short(exc) from exc
+
         try:
-            return await acall_with_retry(
-                lambda: client.chat.completions.create(**request), self.retry_policy, sleep=sleep
-            )
+            return await acall_with_retry(once, self.retry_policy, sleep=sleep)
         except Exception as exc:
             raise self._failed(exc) from exc
 
@@ -393,6 +435,7 @@ __all__ = [
     "Message",
     "OpenAIChat",
     "ainvoke_text",
+    "check_completion",
     "invoke_text",
     "message_text",
 ]

@@ -45,8 +45,19 @@ _TRANSIENT_TYPES = frozenset(
         "RemoteProtocolError",
         "NetworkError",
         "TransportError",
+        # an HTTP 200 whose body is not a chat completion (dtdr_agents.chat)
+        "EndpointFaultError",
     }
 )
+
+
+class EndpointFaultError(RuntimeError):
+    """The endpoint answered HTTP 200 with a body that is not a model's answer.
+
+    An error object, no choices, or a body cut short: a fault of the endpoint, retried like
+    a 5xx and never scored or cached as the model's answer.
+    """
+
 
 OnRetry = Callable[[int, BaseException, float], None]
 """Called before each retry with (attempt number from 1, the error, the delay in seconds)."""

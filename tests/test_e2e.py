@@ -318,12 +318,55 @@ def test_bad_endpoints_are_recorded_never_raised(policy: Policy, tmp_path: Path)
         return policy(body)
 
     with OpenAIChatServer(mixed) as srv:
-        report = run_e2e(one_cell, chat_for(srv, NO_RETRY))
+        report = run_e2e(one_cell, chat_for(srv, NO_RETRY), cache=StepCache(tmp_path / "m.jsonl"))
     row = report["results"][0]
-    assert row["errors"] == {"malformed": 1}
-    assert row["kinds"]["malformed"] == 1
-    assert row["n_answered"] == 5
-    assert row["fsa"] == 4 / 5  # P0's 4 steps right, P1's end step unreadable
+    # an HTTP 200 that is not a completion is the endpoint's fault, not a malformed answer
+    assert row["errors"] == {"endpoint": 2} and row["n_endpoint_errors"] == 2
+    assert "malformed" not in row["kinds"]
+    assert row["n_answered"] == 4
+    assert row["fsa"] == 4 / 4  # P0's 4 steps right; P1's steps are not scored
+    cached = (tmp_path / "m.jsonl").read_text().splitlines()
+    assert len(cached) == 4  # the faults are never cached
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        json.dumps({"error": {"message": "model overloaded", "type": "server_error"}}),
+        json.dumps({"id": "x", "object": "chat.completion", "choices": []}),
+        '{"id": "x", "choices": [{"index": 0, "message": {"role": "assistant", "content": "h',
+    ],
+    ids=["error-body", "no-choices", "cut-short"],
+)
+def test_endpoint_faults_are_retried_then_recorded_apart(
+    raw: str, policy: Policy, tmp_path: Path
+) -> None:
+    one_cell = prepare_e2e(
+        *load_train_test("taskbench", FIXTURE, seed=0),
+        ["none"],
+        ["no_icl"],
+        encoder=get_encoder("tfidf"),
+        counter=get_token_counter("approx"),
+    )
+    faults = {"left": 2}
+
+    def flaky(body: dict[str, Any]) -> dict[str, Any]:
+        if faults["left"] > 0:
+            faults["left"] -= 1
+            return {"raw": raw}
+        return policy(body)
+
+    retry = RetryPolicy(max_retries=3, base_delay=0.0, timeout=10.0)
+    with OpenAIChatServer(flaky) as srv:
+        report = run_e2e(one_cell, chat_for(srv, retry), concurrency=1)
+    row = report["results"][0]
+    assert row["n_errors"] == 0 and row["fsa"] == 5 / 6  # the retries got the real answers
+    with OpenAIChatServer(lambda body: {"raw": raw}) as srv:
+        report = run_e2e(one_cell, chat_for(srv, retry), cache=StepCache(tmp_path / "c.jsonl"))
+        assert len(srv.requests) == 6 * 4  # every step tried 1 + 3 times
+    row = report["results"][0]
+    assert row["n_endpoint_errors"] == 6 and row["n_answered"] == 0
+    assert not (tmp_path / "c.jsonl").exists()  # nothing cached
 
 
 def test_dry_run_counts_calls_and_tokens_offline(plan: E2EPlan) -> None:

@@ -172,3 +172,24 @@ def test_missing_openai_package_is_a_clear_error(
     argv = [*BASE, "--retrievers", "none", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"]
     assert cli.main([*argv, "--no-step-cache", "--tokens", "approx", "-q"]) == 2
     assert "pip install 'dtdr-agents[openai]'" in capsys.readouterr().err
+
+
+def test_an_error_body_exits_1_and_caches_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    error = json.dumps({"error": {"message": "quota exceeded", "type": "insufficient_quota"}})
+    out_json = tmp_path / "e2e.json"
+    with OpenAIChatServer(lambda body: {"raw": error}) as server:
+        argv = [
+            *BASE,
+            *("--retrievers", "none", "--base-url", server.base_url, "--model", "m"),
+            *("--max-retries", "1", "--tokens", "approx", "-q", "--json", str(out_json)),
+        ]
+        assert cli.main(argv) == 1
+        assert cli.main([*argv, "--max-error-rate", "1"]) == 0  # allowed explicitly
+    err = capsys.readouterr().err
+    assert "6 step(s) got no answer" in err and "6 endpoint fault(s)" in err
+    assert json.loads(out_json.read_text())["results"][0]["n_endpoint_errors"] == 6
+    steps = Path(f"{out_json}.steps.jsonl")
+    assert not steps.exists() or steps.read_text() == ""
+    assert cli.main([*argv, "--max-error-rate", "2"]) == 2

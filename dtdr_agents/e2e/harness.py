@@ -222,11 +222,17 @@ def dry_run_report(
 
 
 def error_type(exc: BaseException) -> str:
-    """A short class of a failed request: unreachable, timeout, http_<status>, malformed, other."""
+    """A short class of a failed request.
+
+    One of endpoint (an HTTP 200 that is not a completion), unreachable, timeout,
+    http_<status>, malformed, other.
+    """
     cause: BaseException = exc
     while isinstance(cause, ChatModelError) and cause.__cause__ is not None:
         cause = cause.__cause__
     names = {cls.__name__ for cls in type(cause).__mro__}
+    if "EndpointFaultError" in names:
+        return "endpoint"
     code = status_code(cause)
     if "APITimeoutError" in names or isinstance(cause, TimeoutError):
         return "timeout"

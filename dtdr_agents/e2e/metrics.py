@@ -147,7 +147,8 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         and ``variable_tokens`` (means over all steps), ``usage_prompt_tokens`` (mean of the
         server's counts, when it reported them), ``latency_ms`` (p50, p99, mean over
         answered steps), ``unbound_rate``, counts (``n_steps``, ``n_answered``, ``n_plans``,
-        ``n_plans_answered``, ``n_errors``, ``kinds``, ``errors``) and ``unknown_tools``
+        ``n_plans_answered``, ``n_errors``, ``n_endpoint_errors``, ``kinds``, ``errors``)
+        and ``unknown_tools``
         (name -> calls).
     """
     answered = [r for r in rows if r["kind"] != "error"]
@@ -181,6 +182,7 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "n_plans": len(plans),
         "n_plans_answered": len(full),
         "n_errors": len(rows) - len(answered),
+        "n_endpoint_errors": errors["endpoint"],
         "kinds": dict(sorted(kinds.items())),
         "errors": dict(sorted(errors.items())),
         "unknown_tools": dict(unknown.most_common()),
