@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from dtdr_agents.checks import check_number
 from dtdr_agents.errors import UnknownToolError
 from dtdr_agents.types import END_OF_PLAN, Ranking
 
@@ -53,30 +54,23 @@ class SelectionPolicy:
     max_tools: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("k", "min_k", "fallback_k", "max_tools"):
-            value = getattr(self, name)
-            if value is not None and (
-                not isinstance(value, int | np.integer) or isinstance(value, bool)
-            ):
-                raise ValueError(f"SelectionPolicy.{name} must be an integer, got {value!r}")
-        for name in ("threshold", "coverage"):
-            value = getattr(self, name)
-            if value is not None and (
-                not isinstance(value, int | float | np.floating) or isinstance(value, bool)
-            ):
-                raise ValueError(f"SelectionPolicy.{name} must be a number, got {value!r}")
-        if self.k is not None and self.k < 1:
-            raise ValueError(f"SelectionPolicy.k must be >= 1 or None, got {self.k}")
-        if self.threshold is not None and not 0.0 <= self.threshold < 1.0:
-            raise ValueError(f"SelectionPolicy.threshold must be in [0, 1), got {self.threshold}")
-        if self.coverage is not None and not 0.0 < self.coverage <= 1.0:
-            raise ValueError(f"SelectionPolicy.coverage must be in (0, 1], got {self.coverage}")
+        check_number(self.k, "SelectionPolicy.k", low=1, integer=True, optional=True)
+        check_number(self.min_k, "SelectionPolicy.min_k", low=0, integer=True)
+        check_number(
+            self.threshold,
+            "SelectionPolicy.threshold",
+            low=0,
+            high=1,
+            high_open=True,
+            optional=True,
+        )
+        check_number(
+            self.coverage, "SelectionPolicy.coverage", low=0, high=1, low_open=True, optional=True
+        )
         for name in ("fallback_k", "max_tools"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"SelectionPolicy.{name} must be >= 1 or None, got {value}")
-        if self.min_k < 0:
-            raise ValueError(f"SelectionPolicy.min_k must be >= 0, got {self.min_k}")
+            check_number(
+                getattr(self, name), f"SelectionPolicy.{name}", low=1, integer=True, optional=True
+            )
         given: Any = self.always_include
         single = isinstance(given, str | bytes) or not isinstance(given, Iterable)
         names = (given,) if single else tuple(given)

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Self, TypeVar
 import numpy as np
 
 from dtdr_agents._version import __version__
+from dtdr_agents.checks import check_number
 from dtdr_agents.encoders import (
     Encoder,
     FittableEncoder,
@@ -94,25 +95,15 @@ class Scores:
 
 def check_quantile(value: Any, name: str = "ood_quantile") -> None:
     """A quantile parameter is None or a number in (0, 1]."""
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 < value <= 1.0
-    ):
-        raise ValueError(f"{name} must be None or a number in (0, 1], got {value!r}")
+    check_number(value, name, low=0.0, high=1.0, low_open=True, optional=True)
 
 
 def check_threshold(value: Any, name: str, *, upper: float | None) -> None:
     """For `_set_state`: a saved threshold is None or a finite number in [0, upper]."""
-    if value is None:
-        return
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not np.isfinite(value)
-        or value < 0
-        or (upper is not None and value > upper)
-    ):
-        bound = "a finite number >= 0" if upper is None else f"in [0, {upper}]"
-        raise ModelLoadError(f"field 'state.{name}' must be {bound}, got {value!r}")
+    try:
+        check_number(value, f"field 'state.{name}'", low=0.0, high=upper, optional=True)
+    except ValueError as exc:
+        raise ModelLoadError(str(exc)) from None
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -178,6 +169,19 @@ class ToolRetriever(ABC):
         """The constructor arguments, as stored (scikit-learn style)."""
         return {name: getattr(self, name) for name in self._param_names()}
 
+    def _check_params(self) -> None:
+        """Check the constructor parameters; `fit` and `load` call it before anything else.
+
+        A subclass extends it (calling `super()._check_params()`) with its own parameters,
+        each through `dtdr_agents.checks.check_number`, so NaN, a negative weight or a
+        probability outside [0, 1] is an error naming the parameter.
+
+        Raises:
+            ValueError: Naming the parameter.
+        """
+        if "prior_weight" in self._param_names():
+            check_number(self.prior_weight, "prior_weight", low=0.0)
+
     def set_params(self, **params: Any) -> Self:
         """Set constructor arguments; the retriever must be fitted again."""
         valid = set(self._param_names())
@@ -223,6 +227,7 @@ class ToolRetriever(ABC):
     # ------------------------------------------------------------------------------- fitting
     def fit(self, demos: Iterable[Demonstration], tools: Toolset | Iterable[Any]) -> Self:
         """Learn from demonstrations over the tool catalogue `tools`; returns self."""
+        self._check_params()
         toolset = tools if isinstance(tools, Toolset) else Toolset(tools)
         demo_list = list(demos)
         if not demo_list and not self.accepts_no_demos:
@@ -412,6 +417,12 @@ class ToolRetriever(ABC):
                 )
         else:
             probs, notes = self._to_catalogue(query, scores.probabilities)
+        if not np.isfinite(probs).all() or (probs < 0).any():
+            raise RuntimeError(
+                f"{type(self).__name__}.rank: the probabilities for this request are not "
+                "finite non-negative numbers (NaN, infinity or below 0); a parameter or the "
+                "fitted model is corrupt, so no tools are returned from it"
+            )
         notes = {**scores.notes, **notes}
         explanation = {"method": self.retriever_id or type(self).__name__, **scores.explanation}
         if length > len(query):
@@ -657,6 +668,10 @@ def _restore(
         retriever = cls(**kwargs)
     except TypeError as exc:
         raise ModelLoadError(f"{where}: field 'params' does not fit {cls.__name__}: {exc}") from exc
+    try:
+        retriever._check_params()
+    except (ValueError, TypeError) as exc:
+        raise ModelLoadError(f"{where}: field 'params' is invalid: {exc}") from None
 
     retriever.fit_tools_ = fit_tools
     retriever.labels_ = (*fit_tools.names, END_OF_PLAN)

@@ -34,6 +34,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from dtdr_agents.chat import ChatModel, Message, invoke_text
+from dtdr_agents.checks import check_number
 from dtdr_agents.encoders import Encoder
 from dtdr_agents.errors import ChatModelError, ModelLoadError
 from dtdr_agents.retrievers.base import PRIOR_TEMPERATURE, Scores, ToolRetriever, softmax
@@ -95,9 +96,13 @@ class RandomRetriever(ToolRetriever):
         self.prior_weight = prior_weight
         self.seed = seed
 
-    def _fit(self, demos: list[Demonstration], tools: Toolset) -> None:
-        if not isinstance(self.seed, int):
+    def _check_params(self) -> None:
+        super()._check_params()
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):  # hashed as JSON
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
+
+    def _fit(self, demos: list[Demonstration], tools: Toolset) -> None:
+        """Nothing to learn: the ranking is drawn per request."""
 
     def _score(self, query: str, history: tuple[str, ...]) -> Scores:
         key = json.dumps([self.seed, query, list(history)], ensure_ascii=False)
@@ -217,9 +222,13 @@ class BM25Retriever(ToolRetriever):
         self._vocab: dict[str, int] = dict(index.vocab_dict)
         self.vocabulary_size_ = len(corpus.vocab)
 
+    def _check_params(self) -> None:
+        super()._check_params()
+        check_number(self.k1, "k1", low=0.0)
+        check_number(self.b, "b", low=0.0, high=1.0)
+        check_number(self.temperature, "temperature", low=0.0, low_open=True, optional=True)
+
     def _fit(self, demos: list[Demonstration], tools: Toolset) -> None:
-        if self.temperature is not None and self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0 or None, got {self.temperature!r}")
         self._build_index(tools)
 
     def bm25_scores(self, query: str, *, remember: bool = True) -> np.ndarray:
@@ -279,10 +288,9 @@ class _SimilarityRetriever(ToolRetriever):
     encoder: str | Encoder | None
     temperature: float | None
 
-    def _check_temperature(self) -> None:
-        t = self.temperature
-        if t is not None and (not isinstance(t, int | float) or t <= 0):
-            raise ValueError(f"temperature must be > 0 or None, got {t!r}")
+    def _check_params(self) -> None:
+        super()._check_params()
+        check_number(self.temperature, "temperature", low=0.0, low_open=True, optional=True)
 
     def _search_embeddings(self) -> np.ndarray:
         """L2-normalised tool rows compared with the query (fit catalogue order)."""
@@ -342,7 +350,7 @@ class QTSRetriever(_SimilarityRetriever):
         self.prior_weight = prior_weight
 
     def _fit(self, demos: list[Demonstration], tools: Toolset) -> None:
-        self._check_temperature()
+        """Nothing to learn beyond the tool embeddings `fit` computes."""
 
 
 # -------------------------------------------------------------------------------------- TGR
@@ -480,7 +488,6 @@ class ToolGraphRetriever(_SimilarityRetriever):
         return sorted(pairs)
 
     def _fit(self, demos: list[Demonstration], tools: Toolset) -> None:
-        self._check_temperature()
         if self.direction not in ("to_prerequisite", "to_dependent", "undirected"):
             raise ValueError(
                 "direction must be 'to_prerequisite', 'to_dependent' or 'undirected', "
@@ -669,7 +676,6 @@ class LessIsMoreRetriever(_SimilarityRetriever):
 
     def _fit(self, demos: list[Demonstration], tools: Toolset) -> None:
         self._require_chat_model()
-        self._check_temperature()
         if self.match not in ("joint", "each"):
             raise ValueError(f"match must be 'joint' or 'each', got {self.match!r}")
         if "{query}" not in (self.user_prompt or LIM_USER_PROMPT):

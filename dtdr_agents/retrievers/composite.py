@@ -34,6 +34,7 @@ class CompositeRetriever(ToolRetriever):
 
     def fit(self, demos: Iterable[Demonstration], tools: Toolset | Iterable[Any]) -> Self:
         """Fit the base retriever, then this one; returns self."""
+        self._check_params()  # before the (possibly slow) base fit
         demo_list = list(demos)
         toolset = tools if isinstance(tools, Toolset) else Toolset(tools)
         base = self.base if self.base is not None else make_retriever(self.default_base)

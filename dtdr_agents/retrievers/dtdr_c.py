@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from dtdr_agents.checks import check_number
 from dtdr_agents.encoders import Encoder, VocabularyCheck
 from dtdr_agents.errors import ModelLoadError
 from dtdr_agents.retrievers.base import Scores, ToolRetriever, check_quantile, check_threshold
@@ -94,28 +95,31 @@ class DTDRC(ToolRetriever):
         self.prior_weight = prior_weight
         self.seed = seed
 
-    def _check_params(self, n_demos: int) -> int:
-        if isinstance(self.order, bool) or not isinstance(self.order, int):
-            raise ValueError(f"order must be an integer >= 0, got {self.order!r}")
-        if not 0 <= self.order <= MAX_ORDER:
-            raise ValueError(f"order must be in [0, {MAX_ORDER}], got {self.order!r}")
+    def _check_params(self) -> None:
+        super()._check_params()
+        check_number(self.order, "order", low=0, high=MAX_ORDER, integer=True)
         check_quantile(self.ood_quantile)
         if self.n_clusters == "auto":
-            if self.demos_per_cluster < 1:
-                raise ValueError(f"demos_per_cluster must be >= 1, got {self.demos_per_cluster}")
-            return max(1, round(n_demos / self.demos_per_cluster))
-        if not isinstance(self.n_clusters, int) or self.n_clusters < 1:
+            check_number(self.demos_per_cluster, "demos_per_cluster", low=1, integer=True)
+        elif isinstance(self.n_clusters, bool) or not isinstance(self.n_clusters, int | np.integer):
             raise ValueError(
                 f"n_clusters must be 'auto' or an integer >= 1, got {self.n_clusters!r}"
             )
-        return self.n_clusters
+        else:
+            check_number(self.n_clusters, "n_clusters", low=1, integer=True)
+
+    def _n_clusters(self, n_demos: int) -> int:
+        """How many clusters to fit for `n_demos` demonstrations."""
+        if self.n_clusters == "auto":
+            return max(1, round(n_demos / self.demos_per_cluster))
+        return int(self.n_clusters)
 
     def _orders(self) -> tuple[int, ...]:
         """Chain orders to count: 1..N with backoff, else only N."""
         return tuple(range(1, self.order + 1)) if self.backoff and self.order > 0 else (self.order,)
 
     def _fit(self, demos: list[Demonstration], tools: Toolset) -> None:
-        k = self._check_params(len(demos))
+        k = self._n_clusters(len(demos))
         assert self.encoder_ is not None
         if k == 1 and self.ood_quantile is None:  # static DR: the queries are not needed
             labels = np.zeros(len(demos), dtype=np.int64)

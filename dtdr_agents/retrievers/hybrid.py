@@ -38,6 +38,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
+from dtdr_agents.checks import check_number
 from dtdr_agents.encoders import Encoder
 from dtdr_agents.errors import ModelLoadError
 from dtdr_agents.index import EXACT_LIMIT, CandidateIndex
@@ -318,13 +319,14 @@ class HybridRetriever(ToolRetriever):
         return BM25Retriever.unavailable_reason()
 
     # ------------------------------------------------------------------------------ fitting
+    def _check_params(self) -> None:
+        super()._check_params()
+        check_number(self.n_folds, "n_folds", low=2, integer=True)
+        check_number(self.candidates, "candidates", low=1, integer=True)
+        check_number(self.l2, "l2", low=0.0)
+        check_number(self.exact_limit, "exact_limit", low=0, integer=True, optional=True)
+
     def _fit(self, demos: list[Demonstration], tools: Toolset) -> None:
-        if self.n_folds < 2:
-            raise ValueError(f"n_folds must be >= 2, got {self.n_folds}")
-        if self.candidates < 1:
-            raise ValueError(f"candidates must be >= 1, got {self.candidates}")
-        if self.l2 < 0:
-            raise ValueError(f"l2 must be >= 0, got {self.l2}")
         assert self.tool_embeddings_ is not None
         self.bm25_ = BM25Retriever()  # needs no demonstrations: index the catalogue only
         self._restore_part(self.bm25_, tools, {"vocabulary_size": None}, {})

@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from dtdr_agents.checks import check_number, check_probability
 from dtdr_agents.encoders import Encoder, TokenLimited, VocabularyCheck, token_limit
 from dtdr_agents.errors import ModelLoadError
 from dtdr_agents.retrievers.base import (
@@ -23,6 +24,9 @@ from dtdr_agents.retrievers.base import (
 from dtdr_agents.types import END_OF_PLAN, Demonstration, Toolset
 
 HistoryMode = Literal["text", "structured", "none"]
+
+MAX_HISTORY_LENGTH = 10_000
+"""Largest `history_length` (a structured feature row grows with it)."""
 
 
 def _recent(history: Sequence[str], length: int | None) -> list[str]:
@@ -337,17 +341,32 @@ class DTDRL(ToolRetriever):
         return queries, histories, y
 
     # ------------------------------------------------------------------------------ fitting
-    def _fit(self, demos: list[Demonstration], tools: Toolset) -> None:
+    def _check_params(self) -> None:
+        super()._check_params()
         if self.history not in ("text", "structured", "none"):
             raise ValueError(
                 f"history must be 'text', 'structured' or 'none', got {self.history!r}"
             )
+        check_number(
+            self.history_length,
+            "history_length",
+            low=0,
+            high=MAX_HISTORY_LENGTH,
+            integer=True,
+            optional=True,
+        )
+        check_number(self.epochs, "epochs", low=1, integer=True)
+        check_number(self.lr, "lr", low=0.0, low_open=True, optional=True)
+        check_number(self.lr_decay, "lr_decay", low=0.0, high=1.0, low_open=True)
+        check_number(self.weight_decay, "weight_decay", low=0.0)
+        check_number(self.batch_size, "batch_size", low=1, integer=True, optional=True)
+        check_quantile(self.ood_quantile)
+        check_probability(self.min_confidence, "min_confidence", optional=True)
+
+    def _fit(self, demos: list[Demonstration], tools: Toolset) -> None:
         structured = self.history == "structured"
         batch_size = self.batch_size if self.batch_size is not None else (32 if structured else 1)
         lr = self.lr if self.lr is not None else (1e-2 if structured else 1e-3)
-        if self.epochs < 1 or batch_size < 1 or lr <= 0:
-            raise ValueError("epochs and batch_size must be >= 1 and lr > 0")
-        check_quantile(self.ood_quantile)
         queries, histories, y = self._training_set(demos)
         x = self._features(queries, histories)
         self.weight_, self.bias_ = train_linear(
@@ -454,7 +473,10 @@ class DTDRL(ToolRetriever):
         check_threshold(vocab, "vocab_threshold", upper=1.0)
         if self.history not in ("text", "structured", "none") or not (
             self.history_length is None
-            or (isinstance(self.history_length, int) and 0 <= self.history_length <= 10_000)
+            or (
+                isinstance(self.history_length, int)
+                and 0 <= self.history_length <= MAX_HISTORY_LENGTH
+            )
         ):
             raise ModelLoadError("corrupt DTDR-L state: bad 'history' or 'history_length'")
         dim = self.encoder_.dim if self.encoder_ is not None else self.weight_.shape[-1]

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from dtdr_agents.checks import check_number
 from dtdr_agents.encoders import Encoder, get_encoder
 from dtdr_agents.errors import ModelLoadError
 from dtdr_agents.retrievers.base import Scores, ToolRetriever
@@ -138,15 +139,13 @@ class GraphToolCallRetriever(ToolRetriever):
         return None
 
     def _check_params(self) -> None:
-        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
-            raise ValueError(f"top_k must be None or an integer >= 1, got {self.top_k!r}")
-        if not isinstance(self.min_count, int) or self.min_count < 1:
-            raise ValueError(f"min_count must be an integer >= 1, got {self.min_count!r}")
-        if not 0.0 <= self.rest_mass < 1.0:
-            raise ValueError(f"rest_mass must be in [0, 1), got {self.rest_mass!r}")
+        super()._check_params()
+        check_number(self.top_k, "top_k", low=1, integer=True, optional=True)
+        check_number(self.max_graph_depth, "max_graph_depth", low=0, integer=True)
+        check_number(self.min_count, "min_count", low=1, integer=True)
+        check_number(self.rest_mass, "rest_mass", low=0.0, high=1.0, high_open=True)
 
     def _fit(self, demos: list[Demonstration], tools: Toolset) -> None:
-        self._check_params()
         _import_graph_tool_call()
         relations: list[tuple[str, str]] = []
         if self.learn_relations:

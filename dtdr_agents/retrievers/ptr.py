@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from dtdr_agents.chat import ChatModel
+from dtdr_agents.checks import check_number
 from dtdr_agents.encoders import Encoder, get_encoder
 from dtdr_agents.errors import ChatModelError, NotFittedError
 from dtdr_agents.recommend.prompts import MalformedAnswerError
@@ -119,21 +120,17 @@ class PTRRecommender(CompositeRetriever):
 
     # ------------------------------------------------------------------------------ fitting
     def _check_params(self) -> None:
+        super()._check_params()
         for name in ("bundle_k", "view_size", "n_neighbors"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if isinstance(self.folds, bool) or not isinstance(self.folds, int) or self.folds < 0:
-            raise ValueError(f"folds must be an integer >= 0, got {self.folds!r}")
-        if not -1.0 <= float(self.min_similarity) <= 1.0:
-            raise ValueError(f"min_similarity must be in [-1, 1], got {self.min_similarity}")
+            check_number(getattr(self, name), name, low=1, integer=True)
+        check_number(self.folds, "folds", low=0, integer=True)
+        check_number(self.min_similarity, "min_similarity", low=-1.0, high=1.0)
 
     def _encoder(self) -> Encoder:
         enc = self.fitted_base().encoder_
         return enc if enc is not None else get_encoder("default")
 
     def _fit_composite(self, demos: list[Demonstration], tools: Toolset) -> None:
-        self._check_params()
         encoder = self._encoder()
         self.encoder_ = encoder
         base = self.fitted_base()

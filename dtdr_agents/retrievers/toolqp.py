@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
+from dtdr_agents.checks import check_number
 from dtdr_agents.errors import ModelLoadError
 from dtdr_agents.planning.fusion import FUSIONS, RRF_K, Fusion, fuse
 from dtdr_agents.planning.plan import Plan
@@ -153,19 +154,15 @@ class ToolQPRetriever(CompositeRetriever):
 
     # ------------------------------------------------------------------------------ fitting
     def _check_params(self) -> None:
+        super()._check_params()
         if self.fusion not in FUSIONS:
             raise ValueError(f"fusion must be one of {FUSIONS}, got {self.fusion!r}")
         for name in ("rrf_k", "feedback_k", "done_k", "cache_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.timeout is not None and not (
-            isinstance(self.timeout, int | float) and self.timeout > 0
-        ):
-            raise ValueError(f"timeout must be > 0 seconds or None, got {self.timeout!r}")
+            check_number(getattr(self, name), name, low=1, integer=True)
+        check_number(self.timeout, "timeout", low=0.0, low_open=True, optional=True)
 
     def _fit_composite(self, demos: list[Demonstration], tools: Toolset) -> None:
-        self._check_params()
+        """Nothing to learn: plans are made per request (`fit` checked the parameters)."""
 
     def set_tools(self, tools: Toolset | Iterable[Any]) -> Self:
         """Change the catalogue of this retriever and of its base (plans are per catalogue)."""
