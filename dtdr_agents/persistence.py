@@ -311,12 +311,12 @@ def _read_file(dir_fd: int, name: str, shown: Path, cap: int, cap_name: str) -> 
         _check_regular(info.st_mode, info.st_size, shown, cap, cap_name)
         with os.fdopen(fd, "rb") as fh:
             fd = -1
-            data = fh.read(cap + 1)
+            data = fh.read(info.st_size + 1)  # one byte more shows a file still growing
     finally:
         if fd >= 0:
             os.close(fd)
-    if len(data) > cap:
-        _check_regular(stat.S_IFREG, len(data), shown, cap, cap_name)
+    if len(data) > info.st_size:
+        raise ModelLoadError(f"{shown}: grew while it was read (is something writing it?)")
     return data
 
 

@@ -178,3 +178,24 @@ def test_saving_nan_is_refused_naming_the_array(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="array 'model/centroids' holds NaN"):
         model.save(tmp_path / "m")
     assert not (tmp_path / "m").exists()
+
+
+def test_a_file_that_grows_while_read_is_refused(
+    copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the size seen when the file was opened is read (plus one byte to notice more)."""
+    import stat
+
+    real_fstat = os.fstat
+
+    def shrunk(fd: int) -> os.stat_result:
+        info = real_fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return info
+        fields = list(info)
+        fields[stat.ST_SIZE] -= 1  # as if one byte arrived after the open
+        return os.stat_result(fields)
+
+    monkeypatch.setattr(os, "fstat", shrunk)
+    with pytest.raises(ModelLoadError, match=r"manifest\.json: grew while it was read"):
+        load_retriever(copy)
