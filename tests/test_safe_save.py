@@ -166,7 +166,9 @@ def test_cli_fit_onto_a_foreign_folder_refuses(
     args = ["fit", "--dataset", "jsonl", "--path", str(demos), "--tools", str(tools)]
     code = main([*args, "--retriever", "dtdr-c", "--encoder", "tfidf", "-o", str(out)])
     assert code == 2
-    assert "keep.txt" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "keep.txt" in err
+    assert "fitting" not in err  # refused before the fit, not after it
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
 
 

@@ -85,8 +85,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
     """Fit a retriever on a dataset and save it."""
     from dtdr_agents.datasets import load_dataset
     from dtdr_agents.datasets.stats import problem_summary
+    from dtdr_agents.persistence import check_save_target
     from dtdr_agents.retrievers import make_retriever
 
+    check_save_target(args.output)  # refuse a foreign -o folder before any work
     data = load_dataset(
         args.dataset, args.path, tools_path=args.tools, skip_bad=args.skip_bad, limit=args.limit
     )
