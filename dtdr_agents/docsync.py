@@ -97,7 +97,12 @@ class _Scale(BaseModel):
     sizes: dict[str, _ScaleSize]
 
 
-def _read(path: Path) -> dict[str, Any]:
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON file whose top level is an object, with a clear error naming the file.
+
+    Raises:
+        ResultsError: The file cannot be read, is not JSON, or is not an object.
+    """
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -117,11 +122,7 @@ def _field_error(path: Path, exc: ValidationError) -> ResultsError:
 
 def load_bench(path: Path, *, min_seeds: int = MIN_SEEDS) -> dict[str, Any]:
     """A validated bench/demo report of this protocol, run over at least `min_seeds` seeds."""
-    data = _read(path)
-    try:
-        _Report.model_validate(data)
-    except ValidationError as exc:
-        raise _field_error(path, exc) from exc
+    data = _validated(path, _Report)
     if data["protocol"] != PROTOCOL:
         raise ResultsError(
             f"{path}: field protocol: {data['protocol']!r} is not this package's {PROTOCOL!r}; "
@@ -136,14 +137,18 @@ def load_bench(path: Path, *, min_seeds: int = MIN_SEEDS) -> dict[str, Any]:
     return data
 
 
-def load_scale(path: Path) -> dict[str, Any]:
-    """A validated `dtdr-agents speed --catalogue-size ... --json` result."""
-    data = _read(path)
+def _validated(path: Path, schema: type[BaseModel]) -> dict[str, Any]:
+    data = read_json_object(path)
     try:
-        _Scale.model_validate(data)
+        schema.model_validate(data)
     except ValidationError as exc:
         raise _field_error(path, exc) from exc
     return data
+
+
+def load_scale(path: Path) -> dict[str, Any]:
+    """A validated `dtdr-agents speed --catalogue-size ... --json` result."""
+    return _validated(path, _Scale)
 
 
 class _Speed(BaseModel):
@@ -161,12 +166,7 @@ class _Speed(BaseModel):
 
 def load_speed(path: Path) -> dict[str, Any]:
     """A validated `dtdr-agents speed --n-demos N --json` result."""
-    data = _read(path)
-    try:
-        _Speed.model_validate(data)
-    except ValidationError as exc:
-        raise _field_error(path, exc) from exc
-    return data
+    return _validated(path, _Speed)
 
 
 def render_speed(data: Mapping[str, Any], name: str) -> str:

@@ -101,6 +101,40 @@ def _interval(replicates: np.ndarray, level: float) -> tuple[float, float]:
     return (float(lo), float(hi))
 
 
+def _replicates(
+    runs: Sequence[Sequence[EvalResult]],
+    stat: str,
+    sign: Sequence[float],
+    *,
+    same_requests: bool,
+    n_boot: int,
+    seed: int,
+) -> tuple[list[float], np.ndarray]:
+    """Per seed, the signed sum over `runs` of `stat` (point) and of its bootstrap replicates.
+
+    `runs[j][i]` is retriever j's run of seed i; every retriever of a seed is resampled on the
+    same requests.
+    """
+    sizes = _n_requests(runs[0])
+    for other in runs[1:]:
+        if len(other) != len(runs[0]) or _n_requests(other) != sizes:
+            raise ValueError(
+                f"a paired difference needs the same seeds and requests: {sizes} and "
+                f"{_n_requests(other)} requests per seed"
+            )
+    draws = _draws(sizes, same_requests, n_boot, seed)
+    points: list[float] = []
+    reps = np.zeros((len(sizes), n_boot))
+    for i, (idx, n) in enumerate(zip(draws, sizes, strict=True)):
+        point = 0.0
+        for s, per_seed in zip(sign, runs, strict=True):
+            num, den = request_sums(per_seed[i], stat, n)
+            point += s * float(_ratio(num, den))
+            reps[i] += s * _ratio(num[idx], den[idx])
+        points.append(point)
+    return points, reps
+
+
 def estimate(
     runs: Sequence[EvalResult],
     stat: str,
@@ -113,14 +147,9 @@ def estimate(
     """Mean of `stat` over the seeds' `runs`, with its bootstrap interval over requests."""
     if not runs:
         raise ValueError("estimate needs at least one run")
-    sizes = _n_requests(runs)
-    draws = _draws(sizes, same_requests, n_boot, seed)
-    points: list[float] = []
-    reps = np.zeros((len(runs), n_boot))
-    for i, (run, idx, n) in enumerate(zip(runs, draws, sizes, strict=True)):
-        num, den = request_sums(run, stat, n)
-        points.append(float(_ratio(num, den)))
-        reps[i] = _ratio(num[idx], den[idx])
+    points, reps = _replicates(
+        [runs], stat, [1.0], same_requests=same_requests, n_boot=n_boot, seed=seed
+    )
     return Estimate(float(np.mean(points)), _interval(reps.mean(axis=0), level), tuple(points))
 
 
@@ -139,24 +168,11 @@ def paired_difference(
     Raises:
         ValueError: If A and B do not have runs of the same seeds over the same requests.
     """
-    if len(a_runs) != len(b_runs) or not a_runs:
-        raise ValueError(
-            f"a paired difference needs the same seeds: {len(a_runs)} and {len(b_runs)} runs"
-        )
-    sizes = _n_requests(a_runs)
-    if sizes != _n_requests(b_runs):
-        raise ValueError(
-            f"a paired difference needs the same requests: {sizes} and "
-            f"{_n_requests(b_runs)} requests per seed"
-        )
-    draws = _draws(sizes, same_requests, n_boot, seed)
-    points: list[float] = []
-    reps = np.zeros((len(a_runs), n_boot))
-    for i, (a, b, idx, n) in enumerate(zip(a_runs, b_runs, draws, sizes, strict=True)):
-        an, ad = request_sums(a, stat, n)
-        bn, bd = request_sums(b, stat, n)
-        points.append(float(_ratio(an, ad) - _ratio(bn, bd)))
-        reps[i] = _ratio(an[idx], ad[idx]) - _ratio(bn[idx], bd[idx])
+    if not a_runs:
+        raise ValueError("a paired difference needs at least one run")
+    points, reps = _replicates(
+        [a_runs, b_runs], stat, [1.0, -1.0], same_requests=same_requests, n_boot=n_boot, seed=seed
+    )
     return Estimate(float(np.mean(points)), _interval(reps.mean(axis=0), level), tuple(points))
 
 

@@ -148,7 +148,7 @@ def test_paired_difference_and_verdicts():
     same = paired_difference([a], [a], "tool_mrr", same_requests=True, n_boot=100)
     assert same.mean == 0.0 and same.ci == (0.0, 0.0)
     assert verdict(same) == "no clear difference"
-    with pytest.raises(ValueError, match="same requests"):
+    with pytest.raises(ValueError, match="same seeds and requests"):
         paired_difference([a], [_run(base[:5])], "tool_mrr", same_requests=True)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -35,15 +34,12 @@ from dtdr_agents.retrievers import default_bench_ids
 
 def read_json_report(path: str) -> dict[str, Any]:
     """A JSON report file, with a clear error when it cannot be read."""
+    from dtdr_agents.docsync import ResultsError, read_json_object
+
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CLIError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CLIError(f"{path}: not a JSON report ({exc})") from exc
-    if not isinstance(data, dict):
-        raise CLIError(f"{path}: not a JSON report (top level is not an object)")
-    return data
+        return read_json_object(Path(path))
+    except ResultsError as exc:
+        raise CLIError(str(exc)) from exc
 
 
 def seed_list(args: argparse.Namespace) -> list[int]:
