@@ -96,15 +96,16 @@ def test_rerecommends_when_a_call_is_outside_the_set_or_the_plan_moved_on(setup)
         assert outside in widened and set(first.bound) <= set(widened)
 
 
-def test_out_of_distribution_binds_every_tool(setup) -> None:
+def test_out_of_distribution_binds_the_bounded_selection(setup) -> None:
     data, model = setup
     selector = StepSelector(data.tools, model, binding=BindingPolicy(cache="set"))
     step = selector.select(data.demos[0].query)
     far = Recommendation((), (), fallback=True, reason="far")
+    selected = tuple(data.tools.names[:3])  # the step's (bounded) fallback selection
     with Counting(model):
         model.recommend = lambda *a, **k: far  # type: ignore[method-assign]
-        bound = BINDERS["set"](_ctx(step, model, data, previous=None))
-    assert bound == tuple(data.tools.names)
+        bound = BINDERS["set"](_ctx(step, model, data, previous=None, selected=selected))
+    assert bound == selected  # never the whole catalogue (SelectionPolicy.fallback_k)
 
 
 def test_langgraph_agent_binds_the_set_and_rebinds_after_a_stray_call(setup) -> None:
