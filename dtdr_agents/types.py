@@ -21,6 +21,20 @@ END_OF_PLAN = "<end_of_plan>"
 _EMPTY_SCHEMA: Mapping[str, Any] = {"type": "object", "properties": {}}
 
 
+def _tool_metadata(obj: Any) -> Any | None:
+    """The tool-metadata object of a LlamaIndex-style tool (duck-typed), or None.
+
+    LlamaIndex tools keep their name, description and schema on ``.metadata`` (a
+    `ToolMetadata`); LangChain tools have a ``metadata`` dict, which is not this.
+    """
+    meta = getattr(obj, "metadata", None)
+    if meta is None or isinstance(meta, Mapping):
+        return None
+    if not isinstance(getattr(meta, "name", None), str) or not hasattr(meta, "description"):
+        return None
+    return meta
+
+
 def _schema_of(obj: Any) -> Mapping[str, Any]:
     """Best-effort JSON schema of a tool-like object's arguments."""
     schema = getattr(obj, "args_schema", None)
@@ -31,6 +45,16 @@ def _schema_of(obj: Any) -> Mapping[str, Any]:
     args = getattr(obj, "args", None)
     if isinstance(args, Mapping):
         return {"type": "object", "properties": dict(args)}
+    meta = _tool_metadata(obj)
+    if meta is not None:
+        get_parameters = getattr(meta, "get_parameters_dict", None)
+        params = get_parameters() if callable(get_parameters) else None
+        if isinstance(params, Mapping):
+            return dict(params)
+        fn_schema = getattr(meta, "fn_schema", None)
+        if fn_schema is not None and hasattr(fn_schema, "model_json_schema"):
+            return dict(fn_schema.model_json_schema())
+        return dict(_EMPTY_SCHEMA)
     if callable(obj):
         props: dict[str, Any] = {}
         required: list[str] = []
@@ -108,13 +132,19 @@ class Tool:
         """Build a tool from a dict, an OpenAI schema, or any object with a name and description.
 
         Objects are duck-typed: `name`, `description` and an `args_schema` (pydantic model or
-        dict) or `args` mapping, as LangChain tools have; plain functions use their name,
-        docstring and signature.
+        dict) or `args` mapping, as LangChain tools have; LlamaIndex tools (no `name`, a
+        ``metadata`` with `name`, `description` and `get_parameters_dict()` or `fn_schema`);
+        plain functions use their name, docstring and signature.
         """
         if isinstance(obj, Tool):
             return obj
         if isinstance(obj, Mapping):
             return cls.from_dict(obj)
+        meta = None if getattr(obj, "name", None) else _tool_metadata(obj)
+        if meta is not None:
+            return cls(
+                name=meta.name, description=str(meta.description or ""), parameters=_schema_of(obj)
+            )
         name = getattr(obj, "name", None) or getattr(obj, "__name__", None)
         if name is None:
             raise InvalidToolError(f"cannot read a tool name from {type(obj).__name__} object")

@@ -6,6 +6,12 @@ its scratchpad) to the dtdr-agents retriever before every model call, binds exac
 selected tools, re-selects once wider when the reply shows the selection was too narrow, and
 refuses calls of tools that were not bound (``on_unbound="reject"``). The records of the
 current run's steps are kept in the workflow context under ``"tool_selections"``.
+
+LlamaIndex offers a tool to the model under a sanitised name (``ToolMetadata.to_openai_tool``
+replaces every character outside ``[a-zA-Z0-9_-]`` with ``_``: ``"météo du jour"`` becomes
+``"m_t_o_du_jour"``), and the model calls it by that name. The agent maps the names the model
+calls back to the tools' own names (one map, built when the agent is made), so the history,
+the bound-tool checks and the tool look-up see the catalogue names.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from llama_index.core.memory import BaseMemory
 from llama_index.core.tools import AsyncBaseTool, ToolOutput
 from llama_index.core.tools.types import BaseTool
 from llama_index.core.workflow import Context
+from pydantic import PrivateAttr
 
 from dtdr_agents.prompting import TokenCounter
 from dtdr_agents.runtime import (
@@ -34,7 +41,7 @@ from dtdr_agents.runtime import (
     rejection_text,
 )
 from dtdr_agents.selection import SelectionPolicy
-from llama_index_dtdr.retriever import DTDRObjectRetriever
+from llama_index_dtdr.retriever import DTDRObjectRetriever, name_map
 
 __all__ = ["RECORDS_KEY", "DTDRFunctionAgent"]
 
@@ -71,11 +78,19 @@ class DTDRFunctionAgent(FunctionAgent):
 
     Raises:
         TypeError: ``tool_retriever`` is not a `DTDRObjectRetriever`.
+        InvalidToolError: Two tools reach the model under the same sanitised name.
     """
+
+    _names: dict[str, str] = PrivateAttr(default_factory=dict)
+    _static_only: frozenset[str] = PrivateAttr(default_factory=frozenset)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.dtdr_retriever()
+        dtdr = self.dtdr_retriever()
+        static: list[BaseTool] = list(self.tools or [])  # type: ignore[arg-type]
+        self._names = name_map([*static, *dtdr.tools])
+        own = {str(t.metadata.name) for t in static}
+        self._static_only = frozenset(own.difference(dtdr.tools_by_name))
 
     @classmethod
     def from_tools(
@@ -137,13 +152,21 @@ class DTDRFunctionAgent(FunctionAgent):
         The selected tools are bound in `take_step`, where the call history is known.
         """
         tools: list[BaseTool] = list(self.tools or [])  # type: ignore[arg-type]
-        named = self.dtdr_retriever().tools_by_name.get(input_str or "")
+        named = self.dtdr_retriever().tools_by_name.get(self.tool_name(input_str or ""))
         if named is not None:
             tools.append(named)
         return self._ensure_tools_are_async(tools)
 
+    def tool_name(self, called: str) -> str:
+        """The own name of the tool the model called `called` (`called` when unknown)."""
+        return self._names.get(called, called)
+
     def _history(self, messages: Sequence[ChatMessage]) -> tuple[str, ...]:
-        """Names of the tool calls of the assistant messages, in order."""
+        """The tool calls of the assistant messages, in order, by the tools' own names.
+
+        Calls of static tools (``tools=``) outside the retriever's catalogue are left out:
+        the retriever does not rank them.
+        """
         read = getattr(self.llm, "get_tool_calls_from_response", None)
         if read is None:
             return ()
@@ -151,8 +174,16 @@ class DTDRFunctionAgent(FunctionAgent):
         for message in messages:
             if message.role == "assistant":
                 calls = read(ChatResponse(message=message), error_on_no_tool_call=False)
-                names.extend(str(c.tool_name) for c in calls or ())
-        return tuple(names)
+                names.extend(self.tool_name(str(c.tool_name)) for c in calls or ())
+        return tuple(n for n in names if n not in self._static_only)
+
+    def _named(self, output: AgentOutput) -> AgentOutput:
+        """`output` with its tool calls renamed to the tools' own names (LlamaIndex runs them)."""
+        calls = [
+            c.model_copy(update={"tool_name": self.tool_name(str(c.tool_name))})
+            for c in output.tool_calls
+        ]
+        return output.model_copy(update={"tool_calls": calls})
 
     async def take_step(
         self,
@@ -183,9 +214,10 @@ class DTDRFunctionAgent(FunctionAgent):
         async def call(s: StepRecord) -> AgentOutput:
             await ctx.store.set(self.scratchpad_key, list(scratchpad))  # drop a discarded reply
             bound = [*static, *self._ensure_tools_are_async(dtdr.tools_for(s.bound))]
-            return await FunctionAgent.take_step(
+            output = await FunctionAgent.take_step(
                 self, ctx, _with_text(llm_input, s.system_text), bound, memory
             )
+            return self._named(output)
 
         output, steps = await selector.arun_step(step, call, _reply)
         records = merge_selection_records(records, [s.to_record() for s in steps])

@@ -32,7 +32,7 @@ from dtdr_agents.runtime import (
 from dtdr_agents.selection import SelectionPolicy
 from dtdr_agents.types import Tool
 
-__all__ = ["DTDRObjectRetriever", "core_tool"]
+__all__ = ["DTDRObjectRetriever", "core_tool", "model_name", "name_map"]
 
 
 def core_tool(tool: BaseTool) -> Tool:
@@ -43,6 +43,41 @@ def core_tool(tool: BaseTool) -> Tool:
     return Tool(
         name=meta.name, description=meta.description or "", parameters=meta.get_parameters_dict()
     )
+
+
+def model_name(tool: BaseTool) -> str:
+    """The name the model sees for `tool`: LlamaIndex's own OpenAI tool schema's name.
+
+    LlamaIndex sanitises it (``ToolMetadata.to_openai_tool`` replaces every character
+    outside ``[a-zA-Z0-9_-]`` with ``_``), so ``"météo du jour"`` is offered, and called, as
+    ``"m_t_o_du_jour"``.
+    """
+    function = tool.metadata.to_openai_tool(skip_length_check=True).get("function", {})
+    return str(function.get("name") or tool.metadata.name)
+
+
+def name_map(tools: Sequence[BaseTool]) -> dict[str, str]:
+    """Every name a model may call one of `tools` by -> that tool's own (catalogue) name.
+
+    Both a tool's own name (LLMs that send it as is) and its `model_name` (LLMs that send
+    LlamaIndex's OpenAI tool schema) map to it.
+
+    Raises:
+        InvalidToolError: Two tools get the same sanitised name (the model could not tell
+            them apart).
+    """
+    names = {str(t.metadata.name): str(t.metadata.name) for t in tools}
+    sanitised: dict[str, str] = {}
+    for tool in tools:
+        name, seen = str(tool.metadata.name), model_name(tool)
+        other = sanitised.setdefault(seen, name)
+        if other != name:
+            raise InvalidToolError(
+                f"the tool names {other!r} and {name!r} both reach the model as {seen!r} "
+                "(LlamaIndex replaces characters outside [a-zA-Z0-9_-] with '_'), so a call "
+                "could not be told apart: rename one of them"
+            )
+    return {**sanitised, **names}
 
 
 def _check_unique(tools: Sequence[BaseTool]) -> None:
