@@ -15,6 +15,12 @@ upstream that fails to start, dies, answers too slowly or lists duplicate tool n
 reported to the client as an MCP error naming the cause; every upstream request has a
 time-out.
 
+The proxy's own tools keep their names (``set_task`` and ``search_tools`` are its documented
+interface: its instructions and error messages name them). An upstream tool with one of those
+names is listed as ``upstream_<name>`` (``upstream_<name>_2``, ``_3``, ... when that is taken
+too), with a warning naming both names; a call of the listed name is forwarded to the upstream
+under its own name. The retriever, the history and ``always_include`` use the upstream's names.
+
 The change notification is sent on the connection to clients that connected with the
 initialize handshake (protocol versions up to 2025-11-25, what `ClientSession.initialize`
 negotiates), and published on ``subscriptions/listen`` streams for clients of the 2026-07-28
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -59,11 +66,14 @@ from dtdr_agents.types import Tool, Toolset
 __all__ = [
     "SEARCH_TOOLS",
     "SET_TASK",
+    "UPSTREAM_PREFIX",
+    "NameClashWarning",
     "ProxyConfig",
     "ProxySession",
     "Upstream",
     "UpstreamError",
     "build_server",
+    "listed_names",
     "run_proxy",
     "serve_proxy",
 ]
@@ -100,6 +110,48 @@ _META_TOOLS = (
         },
     ),
 )
+
+
+UPSTREAM_PREFIX = "upstream_"
+"""Prefix of the listed name of an upstream tool named like one of the proxy's own tools."""
+
+
+class NameClashWarning(UserWarning):
+    """An upstream tool has the name of one of the proxy's own tools and is listed renamed."""
+
+
+def _renamed(upstream_names: Sequence[str]) -> dict[str, str]:
+    """The new name of each upstream tool named like one of the proxy's own tools."""
+    own = {t.name for t in _META_TOOLS}
+    taken = own | set(upstream_names)
+    renamed: dict[str, str] = {}
+    for name in upstream_names:
+        if name in own:
+            new, n = f"{UPSTREAM_PREFIX}{name}", 2
+            while new in taken:
+                new, n = f"{UPSTREAM_PREFIX}{name}_{n}", n + 1
+            taken.add(new)
+            renamed[name] = new
+    return renamed
+
+
+def listed_names(upstream_names: Sequence[str]) -> dict[str, str]:
+    """The name clients see for each upstream tool, by upstream name.
+
+    An upstream tool named like one of the proxy's own tools (``set_task``, ``search_tools``)
+    gets `UPSTREAM_PREFIX` (then ``_2``, ``_3``, ... until the name is free) and a
+    `NameClashWarning` naming both names; every other tool keeps its name.
+    """
+    renamed = _renamed(upstream_names)
+    for name, new in renamed.items():
+        warnings.warn(
+            f"dtdr-agents mcp-proxy: the upstream tool {name!r} has the name of the proxy's own "
+            f"tool {name!r}; it is listed to clients as {new!r}, and calls of {new!r} are "
+            f"forwarded to the upstream's {name!r}",
+            NameClashWarning,
+            stacklevel=2,
+        )
+    return {name: renamed.get(name, name) for name in upstream_names}
 
 
 class UpstreamError(DTDRError, RuntimeError):
@@ -303,6 +355,11 @@ class ProxySession:
         selector: The step selector over the upstream's tools.
         upstream_tools: The upstream's tools, by name.
         search_k: Tools returned by ``search_tools``.
+
+    Attributes:
+        listed: The name clients see for each upstream tool, by upstream name (see
+            `listed_names`; an upstream tool named like a proxy tool is renamed).
+        by_listed: The upstream name of each listed name.
     """
 
     def __init__(
@@ -320,6 +377,8 @@ class ProxySession:
         self.step: StepRecord | None = None
         self.found: tuple[str, ...] = ()
         self.steps: list[StepRecord] = []
+        self.listed = listed_names(list(self.upstream_tools))
+        self.by_listed = {shown: name for name, shown in self.listed.items()}
 
     def exposed(self) -> tuple[str, ...]:
         """Upstream tool names the session may call, in the order they are listed."""
@@ -348,7 +407,7 @@ class ProxySession:
         self.step = None
         self.steps = []
         self.rerank()
-        return f"Task set. Tools offered for the next step: {', '.join(self.exposed())}."
+        return f"Task set. Tools offered for the next step: {', '.join(self.callable_names())}."
 
     def search(self, query: Any) -> str:
         """Look tools up by `query` and make them callable; the text answered to the client.
@@ -360,7 +419,8 @@ class ProxySession:
         sel = select(ranking, SelectionPolicy(k=self.search_k, respect_fallback=False))
         self.found = sel.names
         lines = [
-            f"- {n}: {self.upstream_tools[n].description or ''}".rstrip(": ") for n in sel.names
+            f"- {self.listed[n]}: {self.upstream_tools[n].description or ''}".rstrip(": ")
+            for n in sel.names
         ]
         return "Found (now callable):\n" + "\n".join(lines)
 
@@ -369,9 +429,18 @@ class ProxySession:
         self.history.append(name)
         self.rerank()
 
+    def callable_names(self) -> tuple[str, ...]:
+        """The listed names of the exposed upstream tools (what clients call them)."""
+        return tuple(self.listed[n] for n in self.exposed())
+
     def list_tools(self) -> list[types.Tool]:
-        """The meta-tools, then the exposed upstream tools."""
-        return [*_META_TOOLS, *(self.upstream_tools[n] for n in self.exposed())]
+        """The meta-tools, then the exposed upstream tools under their listed names."""
+        tools = [*_META_TOOLS]
+        for name in self.exposed():
+            tool = self.upstream_tools[name]
+            shown = self.listed[name]
+            tools.append(tool if shown == name else tool.model_copy(update={"name": shown}))
+        return tools
 
 
 # ------------------------------------------------------------------------------------ server
@@ -393,7 +462,9 @@ def build_server(upstream: Upstream, retriever: ToolRetriever | None, config: Pr
             toolset = Toolset([_core_tool(t) for t in upstream.tools])
             if retriever is None:
                 retriever = make_retriever(DEFAULT_RETRIEVER).fit([], toolset)
-            missing = [n for n in config.always_include if not toolset.has(n)]
+            renamed = {new: n for n, new in _renamed([t.name for t in upstream.tools]).items()}
+            always = tuple(dict.fromkeys(renamed.get(n, n) for n in config.always_include))
+            missing = [n for n in always if not toolset.has(n)]
             if missing:
                 raise UpstreamError(
                     f"--always-include names tools the upstream does not list: {missing}"
@@ -403,9 +474,7 @@ def build_server(upstream: Upstream, retriever: ToolRetriever | None, config: Pr
             selector = StepSelector(
                 toolset,
                 retriever,
-                policy=SelectionPolicy(
-                    k=config.k, threshold=0.0, always_include=config.always_include
-                ),
+                policy=SelectionPolicy(k=config.k, threshold=0.0, always_include=always),
                 binding=BindingPolicy(cache=config.cache),
             )
             session = ProxySession(
@@ -435,22 +504,22 @@ def build_server(upstream: Upstream, retriever: ToolRetriever | None, config: Pr
         sess = live()
         before = sess.exposed()
         args = dict(params.arguments or {})
+        name = sess.by_listed.get(params.name)  # the upstream's name of the tool called
         if params.name == SET_TASK:
             result = _text(await anyio.to_thread.run_sync(sess.set_task, args.get("request")))
         elif params.name == SEARCH_TOOLS:
             result = _text(await anyio.to_thread.run_sync(sess.search, args.get("query")))
-        elif params.name not in before:
-            known = params.name in sess.upstream_tools
+        elif name is None or name not in before:
             raise _mcp_error(
                 f"the tool {params.name!r} is "
-                f"{'not offered at this step' if known else 'unknown'}; callable now: "
-                f"{[SET_TASK, SEARCH_TOOLS, *before]}. Call {SET_TASK} with the user's request, "
-                f"or {SEARCH_TOOLS} to find a tool.",
+                f"{'unknown' if name is None else 'not offered at this step'}; callable now: "
+                f"{[SET_TASK, SEARCH_TOOLS, *sess.callable_names()]}. Call {SET_TASK} with the "
+                f"user's request, or {SEARCH_TOOLS} to find a tool.",
                 types.INVALID_PARAMS,
             )
         else:
-            result = await upstream.call(params.name, args)
-            await anyio.to_thread.run_sync(sess.record_call, params.name)
+            result = await upstream.call(name, args)
+            await anyio.to_thread.run_sync(sess.record_call, name)
         if sess.exposed() != before:
             with contextlib.suppress(Exception):  # a client that cannot take it still polls
                 await ctx.session.send_tool_list_changed()  # handshake-era clients
