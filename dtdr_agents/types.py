@@ -284,6 +284,51 @@ class Step:
 
 
 @dataclass(frozen=True)
+class CallArguments:
+    """The recorded arguments of one call (the gold answer of parameter filling).
+
+    Attributes:
+        json: The arguments as canonical JSON text of an object (sorted keys), so the record
+            stays immutable and hashable.
+        label: The name later calls use for this call's result (Seal-Tools ``API_call_0``,
+            NESTFUL ``var1``), or None.
+    """
+
+    json: str
+    label: str | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            value = json.loads(self.json)
+        except (TypeError, ValueError) as exc:
+            raise InvalidDemonstrationError(f"arguments must be JSON text: {exc}") from None
+        if not isinstance(value, dict):
+            raise InvalidDemonstrationError(
+                f"arguments must be a JSON object, got {type(value).__name__}"
+            )
+        if self.label is not None and (not isinstance(self.label, str) or not self.label):
+            raise InvalidDemonstrationError("an arguments label must be a non-empty string")
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any], label: str | None = None) -> CallArguments:
+        """Record `values` (a JSON-serialisable mapping) in canonical form."""
+        if not isinstance(values, Mapping):
+            raise InvalidDemonstrationError(
+                f"arguments must be an object, got {type(values).__name__}"
+            )
+        try:
+            text = json.dumps(dict(values), sort_keys=True, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidDemonstrationError(f"arguments are not plain JSON: {exc}") from None
+        return cls(text, label)
+
+    def values(self) -> dict[str, Any]:
+        """The arguments as a fresh dict."""
+        out: dict[str, Any] = json.loads(self.json)
+        return out
+
+
+@dataclass(frozen=True)
 class Demonstration:
     """A solved request: the query and the ordered tool calls that answered it.
 
@@ -294,12 +339,16 @@ class Demonstration:
             means the recorded order is the only acceptable order; `()` means the calls are
             independent and may come in any order.
         id: Optional identifier, used in error messages and reports.
+        arguments: The recorded arguments of each call (one per call, same order), when the
+            dataset has them; None otherwise. Retrieval ignores them; the end-to-end
+            evaluation scores parameter filling against them.
     """
 
     query: str
     calls: tuple[str, ...]
     edges: tuple[tuple[int, int], ...] | None = None
     id: str | None = None
+    arguments: tuple[CallArguments, ...] | None = None
 
     def __post_init__(self) -> None:
         where = f"demonstration {self.id!r}" if self.id is not None else "demonstration"
@@ -329,6 +378,20 @@ class Demonstration:
                         "dependency order (every edge i -> j with i < j)"
                     )
             object.__setattr__(self, "edges", tuple(sorted(set(edges))))
+        if self.arguments is not None:
+            args: Any = self.arguments
+            if isinstance(args, str | Mapping) or not all(
+                isinstance(a, CallArguments) for a in args
+            ):
+                raise InvalidDemonstrationError(
+                    f"{where}: field 'arguments' must be a list of CallArguments, one per call"
+                )
+            if len(args) != len(self.calls):
+                raise InvalidDemonstrationError(
+                    f"{where}: field 'arguments' has {len(args)} entries for "
+                    f"{len(self.calls)} calls"
+                )
+            object.__setattr__(self, "arguments", tuple(args))
 
     @cached_property
     def _predecessors(self) -> tuple[frozenset[int], ...]:
@@ -343,15 +406,20 @@ class Demonstration:
         Without edges that is the next recorded call; with edges, every remaining call whose
         predecessors are all among the first `done`; after the last call, `{END_OF_PLAN}`.
         """
+        ready = self.ready(done)
+        return frozenset(self.calls[j] for j in ready) if ready else frozenset({END_OF_PLAN})
+
+    def ready(self, done: int) -> tuple[int, ...]:
+        """Positions of the calls that may come after the first `done` (empty at the end)."""
         n = len(self.calls)
         if not 0 <= done <= n:
             raise ValueError(f"done must be in [0, {n}], got {done}")
         if done == n:
-            return frozenset({END_OF_PLAN})
+            return ()
         if self.edges is None:
-            return frozenset({self.calls[done]})
+            return (done,)
         preds = self._predecessors
-        return frozenset(self.calls[j] for j in range(done, n) if all(p < done for p in preds[j]))
+        return tuple(j for j in range(done, n) if all(p < done for p in preds[j]))
 
     def steps(self) -> list[Step]:
         """The teacher-forced steps of this plan, ending with the end-of-plan step."""
@@ -377,6 +445,11 @@ class Demonstration:
             out["edges"] = [list(e) for e in self.edges]
         if self.id is not None:
             out["id"] = self.id
+        if self.arguments is not None:
+            out["calls"] = [
+                {"name": c, "arguments": a.values(), **({"label": a.label} if a.label else {})}
+                for c, a in zip(self.calls, self.arguments, strict=True)
+            ]
         return out
 
 

@@ -125,14 +125,14 @@ def test_run_writes_json_plot_and_report_reads_it(
     ]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
-    assert "| none | no_icl | 100.0 | 100.0 | 100.0 |" in out
+    assert "| none | no_icl | 100.0 | 100.0 | - | - | 100.0 |" in out
     assert len(server.requests) == 12
     report = json.loads(out_json.read_text())
     assert report["kind"] == "e2e" and report["model"] == "scripted"
     assert Path(f"{out_json}.steps.jsonl").is_file()
     assert (tmp_path / "fig.png").read_bytes()[:4] == b"\x89PNG"
     assert cli.main(["report", str(out_json)]) == 0
-    assert "| none | no_icl | 100.0 | 100.0 | 100.0 |" in capsys.readouterr().out
+    assert "| none | no_icl | 100.0 | 100.0 | - | - | 100.0 |" in capsys.readouterr().out
     # run again: every step comes from the step cache
     assert cli.main(argv) == 0
     assert len(server.requests) == 12

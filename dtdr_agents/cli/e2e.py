@@ -134,14 +134,21 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     if args.plot:
         plot_e2e(report, args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
-    errors = sum(int(r.get("n_errors") or 0) for r in report["results"])
-    endpoint = sum(int(r.get("n_endpoint_errors") or 0) for r in report["results"])
-    steps = sum(int(r.get("n_steps") or 0) for r in report["results"])
+    results = report["results"]
+    errors = sum(
+        int(r.get("n_errors") or 0) + int(r.get("n_argument_errors") or 0) for r in results
+    )
+    endpoint = sum(
+        int(r.get("n_endpoint_errors") or 0)
+        + int((r.get("argument_errors") or {}).get("endpoint", 0))
+        for r in results
+    )
+    steps = sum(int(r.get("n_steps") or 0) for r in results)
     if errors:
         print(
-            f"{errors} step(s) got no answer after their retries ({endpoint} endpoint fault(s): "
-            "an HTTP 200 that was not a completion); they are not cached: run again to retry "
-            "them",
+            f"{errors} step(s) got no answer after their retries, for the function or its "
+            f"arguments ({endpoint} endpoint fault(s): an HTTP 200 that was not a completion); "
+            "they are not cached: run again to retry them",
             file=sys.stderr,
         )
     rate = errors / steps if steps else 0.0
@@ -156,8 +163,9 @@ def add_commands(sub: Any) -> None:
         "e2e",
         help="end-to-end function calling: does the retrieval make a model call the right tool?",
         description="Teacher-forced per-step evaluation of a chat model behind an "
-        "OpenAI-compatible endpoint (DTDR paper, Section 5): FSA, SR, end-of-plan accuracy, "
-        "prompt tokens, latency, unbound calls, per (retriever, mode).",
+        "OpenAI-compatible endpoint (DTDR paper, Section 5): FSA, SR (function selection, and "
+        "the paper's SR with parameter filling where the dataset records arguments), "
+        "end-of-plan accuracy, prompt tokens, latency, unbound calls, per (retriever, mode).",
     )
     add_split_arguments(e2e)
     e2e.add_argument(
@@ -213,7 +221,8 @@ def add_commands(sub: Any) -> None:
     e2e.add_argument(
         "--dry-run",
         action="store_true",
-        help="count the calls and prompt tokens offline (no endpoint needed)",
+        help="count the calls and prompt tokens offline and list the parameter-filling "
+        "prompts (no endpoint needed)",
     )
     e2e.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     e2e.set_defaults(func=cmd_e2e)

@@ -13,6 +13,7 @@ after a documented fix) or ``"kept: ..."`` (kept as published, with a remark).
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -21,7 +22,7 @@ from typing import IO, Any, Literal, cast
 
 from dtdr_agents.datasets.base import Problem
 from dtdr_agents.errors import DatasetFormatError, InvalidDemonstrationError, InvalidToolError
-from dtdr_agents.types import Demonstration, Tool, Toolset
+from dtdr_agents.types import CallArguments, Demonstration, Tool, Toolset
 
 UnknownTools = Literal["skip", "add", "error"]
 """What a loader does with a call to a tool missing from the published catalogue.
@@ -144,7 +145,7 @@ class Collector:
                     path,
                     line,
                 )
-                demo = Demonstration(demo.query, demo.calls, demo.edges, new_id)
+                demo = dataclasses.replace(demo, id=new_id)
             self._ids[demo.id] = here  # type: ignore[index]
         self.demos.append(demo)
         return True
@@ -158,6 +159,7 @@ def make_demo(
     calls: Sequence[str],
     edges: Iterable[tuple[int, int]] | None,
     demo_id: str | None,
+    arguments: Sequence[CallArguments] | None = None,
 ) -> Demonstration | None:
     """Build a `Demonstration`; a malformed one is reported (raise or skip) and gives None."""
     try:
@@ -166,10 +168,46 @@ def make_demo(
             calls=tuple(calls),
             edges=None if edges is None else tuple(edges),
             id=demo_id,
+            arguments=None if arguments is None else tuple(arguments),
         )
     except InvalidDemonstrationError as exc:
         report.malformed(str(exc), path, line)
         return None
+
+
+def call_arguments(
+    values: Sequence[Any],
+    labels: Sequence[str | None],
+    field: str,
+    report: Report,
+    path: Path | str,
+    line: int | None,
+) -> list[CallArguments] | None:
+    """The recorded arguments of a sample's calls, or None when one is not a JSON object.
+
+    A sample whose arguments cannot be read keeps its calls (retrieval does not need the
+    arguments); its parameter filling is not scored, which is reported.
+
+    Args:
+        values: Each call's arguments as published.
+        labels: Each call's result label (or None).
+        field: The field's name for the report, with ``{k}`` for the call's position.
+        report: Where the remark goes.
+        path: The sample's file.
+        line: The sample's line.
+    """
+    out: list[CallArguments] = []
+    for k, (value, label) in enumerate(zip(values, labels, strict=True)):
+        try:
+            out.append(CallArguments.of(value, label))
+        except InvalidDemonstrationError as exc:
+            report.kept(
+                f"{field.format(k=k)}: {exc}; the sample's parameter filling is not scored",
+                path,
+                line,
+            )
+            return None
+    return out
 
 
 # ----------------------------------------------------------------------------- files
@@ -509,6 +547,10 @@ class Catalogue:
     def is_placeholder_or_missing(self, name: str) -> bool:
         """True for a name not in the catalogue, or added only as a placeholder."""
         return name not in self._tools or name in self._placeholder_set
+
+    def get(self, name: str) -> Tool | None:
+        """The tool called `name`, or None."""
+        return self._tools.get(name)
 
     def first_seen(self, name: str) -> str:
         """Where the tool called `name` was defined."""

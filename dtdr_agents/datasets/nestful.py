@@ -42,6 +42,7 @@ from dtdr_agents.datasets._io import (
     Report,
     UnknownTools,
     add_tool,
+    call_arguments,
     check_unknown_tools,
     iter_records,
     make_demo,
@@ -244,7 +245,24 @@ def _add_sample(
     except PlanCycleError as exc:
         report.skipped(f"$var references: {exc}", path, line)
         return
-    demo = make_demo(report, path, line, record.get("input"), plan.calls, plan.edges, sample_id)
+    arguments = call_arguments(
+        [s.get("arguments", {}) for s in steps],
+        [s.get("label") or None for s in steps],
+        "output[{k}].arguments",
+        report,
+        path,
+        line,
+    )
+    demo = make_demo(
+        report,
+        path,
+        line,
+        record.get("input"),
+        plan.calls,
+        plan.edges,
+        sample_id,
+        None if arguments is None else [arguments[k] for k in plan.order],
+    )
     if demo is not None:
         out.add(demo, path, line)
 

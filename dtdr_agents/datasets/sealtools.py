@@ -37,6 +37,7 @@ from dtdr_agents.datasets._io import (
     Report,
     UnknownTools,
     add_tool,
+    call_arguments,
     check_unknown_tools,
     iter_jsonl,
     make_demo,
@@ -204,7 +205,24 @@ def _add_sample(
     except PlanCycleError as exc:
         report.skipped(f"output references: {exc}", path, line)
         return
-    demo = make_demo(report, path, line, record.get("query"), plan.calls, plan.edges, demo_id)
+    arguments = call_arguments(
+        [c.get("parameters", {}) for c in calling],
+        [", ".join(c.get("responses", [])) or None for c in calling],
+        "calling[{k}].parameters",
+        report,
+        path,
+        line,
+    )
+    demo = make_demo(
+        report,
+        path,
+        line,
+        record.get("query"),
+        plan.calls,
+        plan.edges,
+        demo_id,
+        None if arguments is None else [arguments[k] for k in plan.order],
+    )
     if demo is not None:
         out.add(demo, path, line)
 

@@ -4,14 +4,19 @@ A domain folder holds:
 
 - ``tool_desc.json``: ``{"nodes": [{"id", "desc", ...}]}``, the tool catalogue. DailyLife APIs
   tools carry ``parameters: [{"name", "type", "desc"}]`` (turned into a JSON schema);
-  HuggingFace / Multimedia tools carry ``input-type`` / ``output-type`` lists (resource
-  types, not arguments: the schema stays empty).
+  HuggingFace / Multimedia tools carry ``input-type`` / ``output-type`` lists of resource
+  types: the schema has one required string argument per input, named by its type
+  (``image``; a second image is ``image_2``), whose value is a file name, a text, or
+  ``<node-j>`` for the output of the plan's node ``j``.
 - ``graph_desc.json``: the published tool graph, ``{"nodes": [...], "links": [{"source",
   "target", "type"}]}``, returned as `Dataset.tool_graph`.
 - ``user_requests.json``: JSON lines ``{"id", "user_request"}``.
 - ``data.json``: JSON lines ``{"id", "type", "n_tools", "task_nodes": [{"task", ...}],
   "task_links": [{"source", "target"}], ...}``, the labelled plans. Only some copies of the
-  benchmark ship it; `load_taskbench_catalogue` reads a folder without it.
+  benchmark ship it; `load_taskbench_catalogue` reads a folder without it. A node's
+  ``arguments`` (where published) are its gold arguments: a list of values, matched in order
+  to the tool's inputs (HuggingFace / Multimedia), or a list of ``{"name", "value"}``
+  (DailyLife APIs). Copies without them (the HF subset here) load with no gold arguments.
 
 A sample's query is its ``user_request`` in ``user_requests.json`` when that file exists and
 has the id, else the sample's own ``user_request``, else its ``instruction``. Its calls are its
@@ -56,6 +61,7 @@ from dtdr_agents.datasets._io import (
     DatasetNotFoundError,
     Report,
     UnknownTools,
+    call_arguments,
     check_unknown_tools,
     iter_jsonl,
     json_type,
@@ -68,7 +74,7 @@ from dtdr_agents.datasets._io import (
 from dtdr_agents.datasets.base import Dataset
 from dtdr_agents.datasets.plans import PlanCycleError, order_plan
 from dtdr_agents.errors import DatasetFormatError
-from dtdr_agents.types import Tool
+from dtdr_agents.types import CallArguments, Tool
 
 DOMAINS = ("dailylifeapis", "huggingface", "multimedia")
 """The domain folders of the published benchmark (``data_<domain>``)."""
@@ -206,10 +212,30 @@ def _locate(path: str | Path, split: str | None) -> tuple[Path, Path]:
 # ----------------------------------------------------------------------------- catalogue
 
 
+def _input_schema(types: Sequence[Any]) -> dict[str, Any]:
+    """One required string argument per resource input, named by its type."""
+    props: dict[str, Any] = {}
+    for kind in types:
+        base = str(kind).strip().replace(" ", "_") or "input"
+        name, n = base, 1
+        while name in props:
+            n += 1
+            name = f"{base}_{n}"
+        props[name] = {
+            "type": "string",
+            "description": f"the input {kind}: a file name or text, or <node-j> for the output "
+            "of the plan's node j",
+        }
+    return {"type": "object", "properties": props, "required": list(props)}
+
+
 def _tool_from_node(node: Mapping[str, Any]) -> Tool:
     """A `Tool` from a ``tool_desc.json`` node."""
     params = node.get("parameters")
     schema: dict[str, Any] = {"type": "object", "properties": {}}
+    inputs = node.get("input-type")
+    if not isinstance(params, list) and isinstance(inputs, list):
+        schema = _input_schema(inputs)
     if isinstance(params, list):
         props: dict[str, Any] = {}
         for p in params:
@@ -354,9 +380,53 @@ def _add_sample(
     except PlanCycleError as exc:
         report.skipped(f"task_links: {exc}", path, line)
         return
-    demo = make_demo(report, path, line, query, plan.calls, plan.edges, sample_id)
+    arguments = _node_arguments(nodes, calls, catalogue, report, path, line)
+    demo = make_demo(
+        report,
+        path,
+        line,
+        query,
+        plan.calls,
+        plan.edges,
+        sample_id,
+        None if arguments is None else [arguments[k] for k in plan.order],
+    )
     if demo is not None:
         out.add(demo, path, line)
+
+
+def _node_arguments(
+    nodes: Sequence[Mapping[str, Any]],
+    calls: Sequence[str],
+    catalogue: Catalogue,
+    report: Report,
+    path: Path,
+    line: int,
+) -> list[CallArguments] | None:
+    """The nodes' published arguments by name, or None when the sample has none."""
+    raw = [node.get("arguments") for node in nodes]
+    if all(a is None for a in raw):
+        return None
+    values: list[Any] = []
+    for k, (arg, name) in enumerate(zip(raw, calls, strict=True)):
+        tool = catalogue.get(name)
+        props = list((tool.parameters.get("properties") or {}) if tool else {})
+        if isinstance(arg, list) and all(
+            isinstance(a, Mapping) and isinstance(a.get("name"), str) for a in arg
+        ):
+            values.append({a["name"]: a.get("value") for a in arg})
+        elif isinstance(arg, list) and len(arg) == len(props):
+            values.append(dict(zip(props, arg, strict=True)))
+        else:
+            report.kept(
+                f"task_nodes[{k}].arguments is not a list of the {len(props)} inputs of "
+                f"{name!r}; the sample's parameter filling is not scored",
+                path,
+                line,
+            )
+            return None
+    labels = [f"<node-{k}>" for k in range(len(calls))]
+    return call_arguments(values, labels, "task_nodes[{k}].arguments", report, path, line)
 
 
 def _query_of(

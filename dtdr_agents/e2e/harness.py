@@ -17,11 +17,14 @@ from typing import Any
 
 from dtdr_agents.chat import OpenAIChat
 from dtdr_agents.datasets.base import Dataset
+from dtdr_agents.e2e.arguments import score_arguments
 from dtdr_agents.e2e.cache import StepCache, step_key
-from dtdr_agents.e2e.metrics import classify_reply, summarize
+from dtdr_agents.e2e.metrics import classify_reply, read_arguments, summarize
 from dtdr_agents.e2e.protocol import (
     END_TOOL,
     NO_RETRIEVER,
+    ArgumentRequest,
+    E2EStep,
     ProtocolBuilder,
     StepRequest,
     cells,
@@ -36,6 +39,12 @@ from dtdr_agents.selection import SelectionPolicy
 
 REPORT_KIND = "e2e"
 """The ``kind`` field of an end-to-end JSON report (`dtdr-agents report` dispatches on it)."""
+
+ARGUMENTS_CELL = "<arguments>"
+"""The ``retriever`` of a cached parameter-filling answer (shared by every cell)."""
+
+MAX_LISTED_PROMPTS = 10
+"""Parameter-filling prompts a dry-run report shows in full (all are listed by step)."""
 
 
 @dataclass
@@ -218,7 +227,46 @@ def dry_run_report(
     report["results"] = results
     report["calls"] = sum(r["calls"] for r in results)
     report["prompt_tokens_total"] = sum(r["prompt_tokens_total"] for r in results)
+    report["arguments"] = _argument_listing(plan, model, cache)
     return report
+
+
+def _argument_key(model: str, req: ArgumentRequest) -> str:
+    return step_key(model, ARGUMENTS_CELL, req.function, req.fingerprint)
+
+
+def _argument_listing(plan: E2EPlan, model: str | None, cache: StepCache | None) -> dict[str, Any]:
+    """The parameter-filling prompts of a run, one per step and next function.
+
+    An upper bound: a run asks one only where a model selected that function.
+    """
+    reqs = plan.builder.argument_requests()
+    cached = 0
+    if cache is not None and model:
+        cached = sum(_argument_key(model, r) in cache for r in reqs)
+    tokens = [r.prompt_tokens for r in reqs]
+    return {
+        "scored": plan.builder.has_arguments,
+        "prompts": len(reqs),
+        "cached": cached,
+        "prompt_tokens": sum(tokens) / len(tokens) if tokens else None,
+        "prompt_tokens_total": sum(tokens),
+        "list": [
+            {
+                "plan": r.step.plan,
+                "step": r.step.step,
+                "plan_id": r.step.plan_id,
+                "function": r.function,
+                "prompt_tokens": r.prompt_tokens,
+                "gold": r.step.gold_for(r.function) if r.step.gold_arguments is not None else None,
+            }
+            for r in reqs
+        ],
+        "examples": [
+            {"function": r.function, "messages": r.messages, "tools": r.tools}
+            for r in reqs[:MAX_LISTED_PROMPTS]
+        ],
+    }
 
 
 def error_type(exc: BaseException) -> str:
@@ -309,7 +357,7 @@ async def _arun(
     progress: Progress,
     request_kwargs: Mapping[str, Any],
     text_ends_plan: bool,
-) -> tuple[list[dict[str, Any]], int]:
+) -> tuple[list[dict[str, Any]], int, int, int]:
     rows: list[dict[str, Any]] = []
     todo: list[tuple[StepRequest, str]] = []
     for req in plan.requests:
@@ -336,12 +384,124 @@ async def _arun(
             if cache is not None and row["kind"] != "error":
                 cache.add(row)
             rows.append(row)
+        rows, arg_calls, arg_cached = await _fill_arguments(
+            plan, chat, rows, cache, semaphore, progress
+        )
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await chat.aclose()
-    return rows, cached
+    return rows, cached, arg_calls, arg_cached
+
+
+def _needs_arguments(row: Mapping[str, Any], step: E2EStep) -> bool:
+    """A correctly selected catalogue tool at a step with recorded arguments."""
+    return (
+        bool(row.get("correct"))
+        and row.get("kind") in ("tool", "unbound")
+        and step.gold_arguments is not None
+        and not step.is_end
+    )
+
+
+async def _ask_arguments(
+    req: ArgumentRequest, chat: OpenAIChat, key: str, semaphore: asyncio.Semaphore
+) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "key": key,
+        "model": chat.model,
+        "retriever": ARGUMENTS_CELL,
+        "mode": req.function,
+        "plan": req.step.plan,
+        "step": req.step.step,
+        "function": req.function,
+        "prompt_tokens": req.prompt_tokens,
+    }
+    async with semaphore:
+        start = time.perf_counter()
+        try:
+            response = await chat.acreate(
+                req.messages, tools=req.tools, tool_choice=req.tool_choice
+            )
+        except Exception as exc:  # recorded, never raised (as for selection steps)
+            row.update(
+                kind="error",
+                error_type=error_type(exc),
+                error=str(exc)[:500],
+                latency_ms=(time.perf_counter() - start) * 1000.0,
+            )
+            return row
+        row["latency_ms"] = (time.perf_counter() - start) * 1000.0
+    row.update(kind="arguments", **read_arguments(response, req.function))
+    return row
+
+
+async def _fill_arguments(
+    plan: E2EPlan,
+    chat: OpenAIChat,
+    rows: list[dict[str, Any]],
+    cache: StepCache | None,
+    semaphore: asyncio.Semaphore,
+    progress: Progress,
+) -> tuple[list[dict[str, Any]], int, int]:
+    """Ask (or reuse) the parameter filling of every correctly selected function and score it.
+
+    Returns the selection rows, each with ``has_arguments`` and, where asked, ``args``
+    (``{"match", "reason"}``, or ``{"error", "error_type"}``); the calls made; the answers
+    reused from the cache.
+    """
+    builder = plan.builder
+    steps = {(s.plan, s.step): s for s in builder.steps}
+    wanted: dict[tuple[int, int, str], ArgumentRequest] = {}
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        step = steps[(int(row["plan"]), int(row["step"]))]
+        row = {**row, "has_arguments": step.gold_arguments is not None}
+        out.append(row)
+        if _needs_arguments(row, step):
+            ident = (step.plan, step.step, str(row["called"]))
+            if ident not in wanted:
+                wanted[ident] = builder.argument_request(step, str(row["called"]))
+    answers: dict[tuple[int, int, str], dict[str, Any]] = {}
+    todo: list[tuple[tuple[int, int, str], ArgumentRequest, str]] = []
+    for ident, req in wanted.items():
+        key = _argument_key(chat.model, req)
+        hit = cache.get(key) if cache is not None else None
+        if hit is not None:
+            answers[ident] = hit
+        else:
+            todo.append((ident, req, key))
+    reused = len(answers)
+    tasks = [
+        asyncio.ensure_future(_ask_arguments(req, chat, key, semaphore)) for _, req, key in todo
+    ]
+    try:
+        for next_done in progress(asyncio.as_completed(tasks), "arguments", len(tasks)):
+            answer = await next_done
+            if cache is not None and answer["kind"] != "error":
+                cache.add(answer)
+            answers[(int(answer["plan"]), int(answer["step"]), str(answer["function"]))] = answer
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for row in out:
+        step = steps[(int(row["plan"]), int(row["step"]))]
+        if not _needs_arguments(row, step):
+            continue
+        answer = answers[(step.plan, step.step, str(row["called"]))]
+        if answer["kind"] == "error":
+            row["args"] = {"error": answer.get("error"), "error_type": answer.get("error_type")}
+            continue
+        score = score_arguments(
+            answer.get("arguments"),
+            step.gold_for(str(row["called"])),
+            builder.schemas[str(row["called"])]["function"]["parameters"],
+            step.labels,
+        )
+        row["args"] = {"match": score.match, "reason": score.reason}
+    return out, len(todo), reused
 
 
 async def arun_e2e(
@@ -361,7 +521,7 @@ async def arun_e2e(
     kwargs: dict[str, Any] = {}
     if tool_choice is not None:
         kwargs["tool_choice"] = tool_choice
-    rows, cached = await _arun(
+    rows, cached, arg_calls, arg_cached = await _arun(
         plan, chat, cache, concurrency, progress or no_progress, kwargs, text_ends_plan
     )
     report = _base_report(plan, model=chat.model, dry_run=False)
@@ -369,6 +529,9 @@ async def arun_e2e(
     report["results"] = summarize_cells(rows, plan.cells)
     report["calls"] = len(rows) - cached
     report["cached"] = cached
+    report["argument_calls"] = arg_calls
+    report["argument_cached"] = arg_cached
+    report["arguments_scored"] = plan.builder.has_arguments
     report["wall_s"] = time.perf_counter() - start
     return report
 
@@ -432,6 +595,7 @@ def summarize_cells(
 
 
 __all__ = [
+    "ARGUMENTS_CELL",
     "REPORT_KIND",
     "E2EPlan",
     "arun_e2e",

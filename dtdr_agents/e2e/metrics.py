@@ -14,9 +14,11 @@ A step's `kind` says what the model did:
 
 FSA (function selection accuracy, Appendix D) is the share of answered steps (every kind but
 ``"error"``) whose call is an acceptable next tool; an unbound call of an acceptable tool counts
-as right for FSA and is counted apart by the unbound-call rate. SR (success rate) is the share of
-fully answered plans whose every step is right. Parameters are not filled or checked here, so SR
-is the paper's SR restricted to function selection.
+as right for FSA and is counted apart by the unbound-call rate. SR (success rate, selection
+only) is the share of fully answered plans whose every step selects right. ``sr_full`` is the
+paper's SR (Appendix D): every step's function *and* arguments right, scored by
+`dtdr_agents.e2e.arguments` where the dataset records arguments (None elsewhere);
+``argument_accuracy`` is the share of right selections whose arguments match.
 """
 
 from __future__ import annotations
@@ -97,6 +99,42 @@ def classify_reply(
     return out
 
 
+def read_arguments(response: Any, function: str) -> dict[str, Any]:
+    """The arguments a parameter-filling answer gives for `function`.
+
+    Returns:
+        ``{"arguments", "answer", "usage_prompt_tokens"}``: ``arguments`` is the raw JSON
+        text (or object) of the first call of `function` (else of the first call, else the
+        text answer, which may hold a JSON object), or None; ``answer`` says which
+        (``"call"``, ``"other_call"``, ``"text"``, ``"malformed"``).
+    """
+    out: dict[str, Any] = {
+        "arguments": None,
+        "answer": "malformed",
+        "usage_prompt_tokens": _usage_prompt_tokens(response),
+    }
+    message = _first_message(response)
+    if message is None:
+        return out
+    calls = _get(message, "tool_calls") or []
+    if isinstance(calls, list | tuple) and calls:
+        functions = [_get(c, "function") for c in calls]
+        mine = [f for f in functions if f is not None and _get(f, "name") == function]
+        chosen = mine[0] if mine else functions[0]
+        args = _get(chosen, "arguments") if chosen is not None else None
+        if isinstance(args, Mapping):
+            args = dict(args)
+        out.update(
+            arguments=args if isinstance(args, str | dict) else None,
+            answer="call" if mine else "other_call",
+        )
+        return out
+    content = _get(message, "content")
+    if isinstance(content, str):
+        out.update(arguments=content.strip()[:5000], answer="text")
+    return out
+
+
 def _get(obj: Any, key: str) -> Any:
     if isinstance(obj, Mapping):
         return obj.get(key)
@@ -164,9 +202,19 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     kinds = Counter(str(r["kind"]) for r in rows)
     errors = Counter(str(r.get("error_type") or "other") for r in rows if r["kind"] == "error")
     unknown = Counter(str(r["called"]) for r in rows if r["kind"] == "unknown")
+    filled = [r["args"] for r in rows if isinstance(r.get("args"), Mapping)]
+    arg_errors = Counter(str(a.get("error_type") or "other") for a in filled if "error" in a)
+    scored = [a for a in filled if "error" not in a]
+    reasons = Counter(str(a.get("reason")).split(":")[0] for a in scored if not a.get("match"))
     return {
         "fsa": _share(sum(bool(r["correct"]) for r in answered), len(answered)),
         "sr": _share(sum(all(bool(r["correct"]) for r in p) for p in full), len(full)),
+        "sr_full": _sr_full(full),
+        "argument_accuracy": _share(sum(bool(a.get("match")) for a in scored), len(scored)),
+        "n_argument_answers": len(scored),
+        "n_argument_errors": sum(arg_errors.values()),
+        "argument_errors": dict(sorted(arg_errors.items())),
+        "argument_failures": dict(reasons.most_common()),
         "end_accuracy": _share(sum(bool(r["correct"]) for r in ends), len(ends)),
         "unbound_rate": _share(kinds["unbound"], len(answered)),
         "prompt_tokens": float(np.mean(tokens)) if tokens else None,
@@ -189,8 +237,31 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _sr_full(plans: Sequence[Sequence[Mapping[str, Any]]]) -> float | None:
+    """The paper's SR: every step's function and arguments right (None: nothing to score).
+
+    Counted over the fully answered plans with recorded arguments whose parameter filling
+    got an answer wherever it was asked; an end-of-plan step needs no arguments.
+    """
+    scorable = [
+        p
+        for p in plans
+        if all(r.get("has_arguments") for r in p)
+        and not any(isinstance(r.get("args"), Mapping) and "error" in r["args"] for r in p)
+    ]
+    right = sum(
+        all(
+            bool(r["correct"])
+            and (bool(r.get("is_end")) or bool((r.get("args") or {}).get("match")))
+            for r in p
+        )
+        for p in scorable
+    )
+    return _share(right, len(scorable))
+
+
 def _share(numerator: int, denominator: int) -> float | None:
     return numerator / denominator if denominator else None
 
 
-__all__ = ["ANSWER_KINDS", "classify_reply", "percentile", "summarize"]
+__all__ = ["ANSWER_KINDS", "classify_reply", "percentile", "read_arguments", "summarize"]

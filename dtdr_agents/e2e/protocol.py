@@ -16,6 +16,13 @@ Modes:
 
 Tool names are sent in an API-safe form (``[A-Za-z0-9_-]``, at most 64 characters, as the
 OpenAI API requires); the model's answers are mapped back.
+
+Parameter filling (the paper's Algorithm 2): after the model selects a function, the same
+model fills its arguments in a second request (`ProtocolBuilder.argument_request`). That
+prompt holds the request, the calls so far (teacher-forced with their recorded arguments and
+result labels) and the one function's signature, which the request forces (``tool_choice``).
+It does not depend on the retriever or the mode, so one answer serves every cell that
+selected that function at that step.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from dtdr_agents.prompting import (
 )
 from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.selection import SelectionPolicy, select
-from dtdr_agents.types import END_OF_PLAN, Demonstration, Tool, Toolset
+from dtdr_agents.types import END_OF_PLAN, CallArguments, Demonstration, Tool, Toolset
 
 E2E_MODES = ("no_icl", "raw_demos", "hard", "soft", "hard_weighted", "soft_weighted")
 """The ICL methods of the DTDR paper's Section 5 (Figure 3)."""
@@ -57,6 +64,14 @@ MAX_RAW_DEMOS = 5
 
 TOOL_RESULT = "Done."
 """The result shown for each teacher-forced call (the calls are not executed)."""
+
+ARGUMENT_INSTRUCTIONS = (
+    "You fill in the arguments of one function call that answers part of the user's request. "
+    "Call the function {name} with every argument the request gives, as the values are "
+    "written in the request. To pass the result of an earlier call, write its result label "
+    "where the value goes, as the calls so far do."
+)
+"""System message of a parameter-filling request (``{name}`` is the function)."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -97,6 +112,10 @@ class E2EStep:
         acceptable: Acceptable next calls (`END_TOOL` at the last step).
         plan_length: Calls in the plan (end-of-plan not counted).
         plan_id: The dataset's id of the plan, if any.
+        history_arguments: Recorded arguments of the calls so far (None: the dataset has
+            none).
+        gold_arguments: (API name, recorded arguments) of each call that may come next
+            (None: the dataset has no arguments; empty at the plan's end).
     """
 
     plan: int
@@ -106,11 +125,48 @@ class E2EStep:
     acceptable: frozenset[str]
     plan_length: int
     plan_id: str | None = None
+    history_arguments: tuple[CallArguments, ...] | None = None
+    gold_arguments: tuple[tuple[str, CallArguments], ...] | None = None
+
+    def gold_for(self, name: str) -> list[dict[str, Any]]:
+        """The recorded arguments of the acceptable calls of `name` (API name)."""
+        return [a.values() for n, a in self.gold_arguments or () if n == name]
+
+    @property
+    def labels(self) -> list[str]:
+        """Result labels of the calls so far."""
+        return [a.label for a in self.history_arguments or () if a.label]
 
     @property
     def is_end(self) -> bool:
         """Whether the plan is complete at this step (end-of-plan is the answer)."""
         return END_TOOL in self.acceptable
+
+
+@dataclass(frozen=True)
+class ArgumentRequest:
+    """A parameter-filling request: one function at one step (retriever- and mode-free).
+
+    Attributes:
+        step: The step.
+        function: API name of the function whose arguments are asked for.
+        messages: OpenAI chat messages.
+        tools: The function's schema (the only tool).
+        prompt_tokens: Tokens of the messages plus the schema.
+        fingerprint: SHA-256 of the messages and tools (part of the cache key).
+    """
+
+    step: E2EStep
+    function: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    prompt_tokens: int
+    fingerprint: str
+
+    @property
+    def tool_choice(self) -> dict[str, Any]:
+        """The ``tool_choice`` that forces the function."""
+        return {"type": "function", "function": {"name": self.function}}
 
 
 @dataclass(frozen=True)
@@ -223,6 +279,7 @@ class ProtocolBuilder:
     def _steps(self) -> list[E2EStep]:
         out = []
         for i, demo in enumerate(self.test):
+            args = demo.arguments
             for j, step in enumerate(demo.steps()):
                 out.append(
                     E2EStep(
@@ -233,9 +290,18 @@ class ProtocolBuilder:
                         acceptable=frozenset(self._api(a) for a in step.acceptable),
                         plan_length=len(demo.calls),
                         plan_id=demo.id,
+                        history_arguments=None if args is None else args[:j],
+                        gold_arguments=None
+                        if args is None
+                        else tuple((self._api(demo.calls[r]), args[r]) for r in demo.ready(j)),
                     )
                 )
         return out
+
+    @property
+    def has_arguments(self) -> bool:
+        """Whether every test plan has recorded arguments (parameter filling is scored)."""
+        return bool(self.test) and all(d.arguments is not None for d in self.test)
 
     def _draw_examples(self) -> list[str]:
         out = []
@@ -291,6 +357,68 @@ class ProtocolBuilder:
             )
             messages.append({"role": "tool", "tool_call_id": call_id, "content": TOOL_RESULT})
         return messages
+
+    def argument_request(self, step: E2EStep, function: str) -> ArgumentRequest:
+        """The parameter-filling request of `function` (API name) at `step`.
+
+        The calls so far are teacher-forced with their recorded arguments and each result is
+        shown with its label, so the model can pass an earlier output as later calls do.
+        """
+        schema = self.schemas[function]
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": ARGUMENT_INSTRUCTIONS.format(name=function)},
+            {"role": "user", "content": step.query},
+        ]
+        history_args = step.history_arguments
+        for n, name in enumerate(step.history, start=1):
+            call_id = f"call_{n}"
+            recorded = history_args[n - 1] if history_args is not None else None
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": call_id,
+                            "type": "function",
+                            "function": {
+                                "name": name,
+                                "arguments": recorded.json if recorded else "{}",
+                            },
+                        }
+                    ],
+                }
+            )
+            label = recorded.label if recorded else None
+            result = f"{TOOL_RESULT} Result label: {label}" if label else TOOL_RESULT
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
+        tools = [schema]
+        fingerprint = hashlib.sha256(
+            json.dumps({"messages": messages, "tools": tools}, sort_keys=True).encode()
+        ).hexdigest()
+        tokens = self.counter.count(json.dumps(messages, ensure_ascii=False))
+        return ArgumentRequest(
+            step=step,
+            function=function,
+            messages=messages,
+            tools=tools,
+            prompt_tokens=tokens + self.schema_tokens[function],
+            fingerprint=fingerprint,
+        )
+
+    def argument_requests(self) -> list[ArgumentRequest]:
+        """One parameter-filling request per step and next function: what a dry run lists.
+
+        A run asks one only where a model selected that function and the step has recorded
+        arguments to score it against.
+        """
+        out: list[ArgumentRequest] = []
+        for step in self.steps:
+            names = dict.fromkeys(n for n, _ in step.gold_arguments or ())
+            if step.gold_arguments is None:  # no recorded arguments: the signature still asks
+                names = dict.fromkeys(sorted(n for n in step.acceptable if n != END_TOOL))
+            out.extend(self.argument_request(step, n) for n in names)
+        return out
 
     def request(
         self,
@@ -398,10 +526,12 @@ class ProtocolBuilder:
 
 
 __all__ = [
+    "ARGUMENT_INSTRUCTIONS",
     "E2E_MODES",
     "END_TOOL",
     "MAX_RAW_DEMOS",
     "NO_RETRIEVER",
+    "ArgumentRequest",
     "E2EStep",
     "ProtocolBuilder",
     "StepRequest",

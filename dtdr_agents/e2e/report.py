@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,21 +56,31 @@ def format_e2e_markdown(report: Mapping[str, Any]) -> str:
         parts.append(
             f"total: {report.get('calls')} calls, {report.get('prompt_tokens_total')} prompt tokens"
         )
+        parts.extend(_argument_prompts(report.get("arguments") or {}))
     else:
         parts.append(
-            "| retriever | mode | FSA % | SR % | end-of-plan % | prompt tokens/step | "
+            "| retriever | mode | FSA % | SR % (selection) | SR % (function + arguments) | "
+            "arguments % | end-of-plan % | prompt tokens/step | "
             "variable tokens/step | p50 ms | p99 ms | unbound % | answered | errors |"
         )
-        parts.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        parts.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in results:
             lat = r.get("latency_ms") or {}
+            errors = int(r.get("n_errors") or 0) + int(r.get("n_argument_errors") or 0)
             parts.append(
                 f"| {r['retriever']} | {r['mode']} | {_pct(r.get('fsa'))} | {_pct(r.get('sr'))} | "
+                f"{_pct(r.get('sr_full'))} | {_pct(r.get('argument_accuracy'))} | "
                 f"{_pct(r.get('end_accuracy'))} | {_num(r.get('prompt_tokens'), 1)} | "
                 f"{_num(r.get('variable_tokens'), 1)} | "
                 f"{_num(lat.get('p50'))} | {_num(lat.get('p99'))} | "
                 f"{_pct(r.get('unbound_rate'))} | {r.get('n_answered')}/{r.get('n_steps')} | "
-                f"{r.get('n_errors')} |"
+                f"{errors} |"
+            )
+        if not report.get("arguments_scored", True):
+            parts.append("")
+            parts.append(
+                "SR with arguments is not scored: this dataset's test plans do not record "
+                "arguments (TaskBench copies without them, for example)."
             )
         parts.append("")
         parts.append(_pivot(results))
@@ -79,11 +90,57 @@ def format_e2e_markdown(report: Mapping[str, Any]) -> str:
             parts.append(failures)
         parts.append("")
         parts.append(
-            f"{report.get('calls')} calls made, {report.get('cached')} steps reused from the cache"
+            f"{report.get('calls')} calls made, {report.get('cached')} steps reused from the "
+            f"cache; parameter filling: {report.get('argument_calls', 0)} calls made, "
+            f"{report.get('argument_cached', 0)} reused"
         )
     for rid, reason in (report.get("skipped") or {}).items():
         parts.append(f"skipped {rid}: {reason}")
     return "\n".join(parts)
+
+
+def _argument_prompts(listing: Mapping[str, Any]) -> list[str]:
+    """The dry run's parameter-filling prompts: a count, one line per prompt, the first one."""
+    if not listing:
+        return []
+    prompts: Sequence[Mapping[str, Any]] = listing.get("list") or []
+    scored = (
+        "scored against the recorded arguments"
+        if listing.get("scored")
+        else "not scored: the test plans record no arguments"
+    )
+    lines = [
+        "",
+        f"parameter filling: {listing.get('prompts')} prompts, one per step and next function "
+        f"(a run asks one only where the model selected that function; {scored}); "
+        f"{_num(listing.get('prompt_tokens'), 1)} prompt tokens each on average, "
+        f"{listing.get('cached', 0)} cached",
+    ]
+    for p in prompts[:MAX_PROMPT_LINES]:
+        ident = f" ({p['plan_id']})" if p.get("plan_id") else ""
+        lines.append(
+            f"- plan {p['plan']}{ident}, step {p['step']}: {p['function']}, "
+            f"{p['prompt_tokens']} tokens"
+        )
+    if len(prompts) > MAX_PROMPT_LINES:
+        lines.append(f"- ... {len(prompts) - MAX_PROMPT_LINES} more (all of them in --json)")
+    examples: Sequence[Mapping[str, Any]] = listing.get("examples") or []
+    if examples:
+        first = examples[0]
+        lines.append("")
+        lines.append(f"the first prompt ({first['function']}):")
+        for m in first["messages"]:
+            if m.get("tool_calls"):
+                f = m["tool_calls"][0]["function"]
+                lines.append(f"  [{m['role']}] call {f['name']}({f['arguments']})")
+            else:
+                lines.append(f"  [{m['role']}] {m.get('content')}")
+        lines.append(f"  [tools] {json.dumps(first['tools'], ensure_ascii=False)[:600]}")
+    return lines
+
+
+MAX_PROMPT_LINES = 20
+"""Parameter-filling prompts a dry run lists line by line (the JSON holds all)."""
 
 
 def _pivot(results: Sequence[Mapping[str, Any]]) -> str:
