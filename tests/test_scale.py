@@ -52,6 +52,7 @@ def test_cli_names_missing_datasets(tmp_path, capsys):
 
 
 @pytest.mark.benchmark
+@pytest.mark.timeout(1200)  # fits at 8,000 tools: 430 s on a busy 2-core machine
 def test_scale_json_holds_every_size(tmp_path, shared_datasets):
     from dtdr_agents.cli import main
 
