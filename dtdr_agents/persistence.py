@@ -58,6 +58,39 @@ READ_RETRY_SECONDS = 10.0
 """How long a load retries a folder that concurrent saves keep replacing before it gives up."""
 
 
+class EncoderMismatchError(ModelLoadError):
+    """A saved model met another encoder than the one it was fitted with.
+
+    Its message names the Python keyword that lets the load through; `describe` names
+    another way (the command line's flags).
+
+    Attributes:
+        where: The model's manifest file.
+        fitted: The recorded encoder: its id, or its spec when `given` is None.
+        given: The id of the encoder given instead; None when the model names an encoder
+            that a load never fetches by itself (it must be passed).
+    """
+
+    def __init__(self, where: Path | str, fitted: str, given: str | None) -> None:
+        self.where = str(where)
+        self.fitted = fitted
+        self.given = given
+        super().__init__(self.describe())
+
+    def describe(self, *, allow: str = "allow_encoder_change=True", encoder: str = "") -> str:
+        """The message, naming `allow` (accept another encoder) and `encoder` (pass one)."""
+        if self.given is None:
+            how = encoder or f"encoder={self.fitted!r}"
+            return (
+                f"{self.where}: the model was fitted with encoder {self.fitted!r}; a saved model "
+                f"never loads a model it merely names: pass {how} to load it"
+            )
+        return (
+            f"{self.where}: the model was fitted with encoder {self.fitted!r} but "
+            f"{self.given!r} was given; pass {allow} to use it anyway"
+        )
+
+
 @dataclass
 class SavedModel:
     """A retriever as stored: manifest, named arrays and nested retrievers.

@@ -42,6 +42,20 @@ def describe_error(exc: BaseException) -> str:
     return text if isinstance(exc, ValueError | TypeError) else f"{type(exc).__name__}: {text}"
 
 
+def check_encoder_option(spec: str | None, option: str = "--encoder") -> None:
+    """Refuse an encoder spec that cannot load here, naming the option; cheap, so run it first.
+
+    None (the option not given) passes: the library default applies.
+    """
+    from dtdr_agents.encoders import ENCODER_CHOICES, encoder_problem
+
+    if spec is None:
+        return
+    problem = encoder_problem(spec)
+    if problem is not None:
+        raise CLIError(f"{option} {spec!r}: {problem}. Accepted: {ENCODER_CHOICES}")
+
+
 def _int_at_least(minimum: int) -> Callable[[str], int]:
     """An argparse type: an integer >= `minimum`."""
 

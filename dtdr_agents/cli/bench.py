@@ -12,6 +12,7 @@ from dtdr_agents.bench import ABLATIONS, run_seeded
 from dtdr_agents.cli._common import (
     CLIError,
     add_split_arguments,
+    check_encoder_option,
     load_split,
     positive_int,
     split_ids,
@@ -50,6 +51,7 @@ def seed_list(args: argparse.Namespace) -> list[int]:
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the comparison over the seeds and print/write the results."""
     t_start = time.perf_counter()
+    check_encoder_option(args.encoder)  # before any data is read
     ablations = split_ids(args.ablations, ABLATIONS) if args.ablations else []
     unknown = [a for a in ablations if a not in ABLATIONS]
     if unknown:
@@ -201,7 +203,11 @@ def add_commands(sub: Any) -> None:
         + ",".join(default_bench_ids())
         + ")",
     )
-    bench.add_argument("--encoder", default="default")
+    bench.add_argument(
+        "--encoder",
+        default="default",
+        help="'default' (MiniLM, offline), 'tfidf', a model name or a local model folder",
+    )
     bench.add_argument("--json", help="write the report as JSON")
     bench.add_argument(
         "--seeds",

@@ -6,11 +6,12 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dtdr_agents._version import __version__
 from dtdr_agents.cli._common import (
     CLIError,
+    check_encoder_option,
     non_empty,
     non_negative_int,
     parse_params,
@@ -19,6 +20,9 @@ from dtdr_agents.cli._common import (
 )
 from dtdr_agents.encoders import default_cache_dir
 from dtdr_agents.progress import progress_bar
+
+if TYPE_CHECKING:
+    from dtdr_agents.retrievers import ToolRetriever
 
 DEMO_RETRIEVERS = ("dr", "lr", "dtdr-c", "dtdr-l", "dtdr-l-s", "hybrid")
 
@@ -34,6 +38,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from dtdr_agents.encoders import get_encoder
     from dtdr_agents.report import LEGEND, build_report, format_table, provenance, write_json
 
+    check_encoder_option(args.encoder)
     data = make_demo_dataset(n=args.n, seed=args.seed)
     seeds = [args.seed + i for i in range(args.seeds)]
     origin = provenance(seeds, getattr(args, "argv", None))
@@ -89,6 +94,15 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from dtdr_agents.retrievers import make_retriever
 
     check_save_target(args.output)  # refuse a foreign -o folder before any work
+    params = parse_params(args.param)
+    if isinstance(params.get("encoder"), str):
+        check_encoder_option(params["encoder"], "--param encoder")
+    check_encoder_option(args.encoder)
+    if args.encoder:
+        params["encoder"] = args.encoder
+    retriever = make_retriever(args.retriever, **params)
+    if "encoder" not in params:
+        _check_default_encoders(retriever, args.retriever)
     data = load_dataset(
         args.dataset, args.path, tools_path=args.tools, skip_bad=args.skip_bad, limit=args.limit
     )
@@ -97,10 +111,16 @@ def cmd_fit(args: argparse.Namespace) -> int:
             f"loader: {problem_summary(data.problems)} (first: {data.problems[0]})",
             file=sys.stderr,
         )
-    params = parse_params(args.param)
-    if args.encoder:
-        params["encoder"] = args.encoder
-    retriever = make_retriever(args.retriever, **params)
+    if not data.demos and args.limit != 0:
+        why = (
+            f"every record was skipped ({problem_summary(data.problems)})"
+            if data.problems
+            else "the dataset holds none"
+        )
+        raise CLIError(
+            f"no demonstrations in {data.source or args.path}: {why}; nothing was fitted "
+            "(--limit 0 fits on the tools alone, for retrievers that work without any)"
+        )
     print(
         f"fitting {args.retriever} on {len(data.demos)} demonstrations, "
         f"{len(data.tools)} tools ...",
@@ -112,13 +132,49 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
+_NO_ENCODER = object()
+
+
+def _check_default_encoders(retriever: ToolRetriever, rid: str) -> None:
+    """Check the encoder each part of `retriever` uses by default (no --encoder given)."""
+    todo = [retriever]
+    while todo:
+        part = todo.pop()
+        todo.extend(part.parts().values())
+        spec = part.get_params().get("encoder", _NO_ENCODER)
+        if part.uses_encoder and (spec is None or isinstance(spec, str)):
+            check_encoder_option(spec or "default", f"--encoder not given; {rid} uses encoder")
+
+
+def load_model(args: argparse.Namespace) -> ToolRetriever:
+    """The saved retriever at `--model`, with `--encoder` and `--allow-encoder-change`.
+
+    The encoder is checked before the model is read, and an encoder mismatch is reported
+    with this command's flags (the library's message names its Python keywords).
+    """
+    import shlex
+
+    from dtdr_agents.persistence import EncoderMismatchError
+    from dtdr_agents.retrievers import load_retriever
+
+    check_encoder_option(args.encoder)
+    try:
+        return load_retriever(
+            args.model, encoder=args.encoder, allow_encoder_change=args.allow_encoder_change
+        )
+    except EncoderMismatchError as exc:
+        message = exc.describe(
+            allow="--allow-encoder-change", encoder=f"--encoder {shlex.quote(exc.fitted)}"
+        )
+        raise CLIError(message) from None
+
+
 def cmd_rank(args: argparse.Namespace) -> int:
     """Rank the next tools with a saved retriever."""
-    from dtdr_agents.retrievers import load_retriever
     from dtdr_agents.selection import SelectionPolicy, select
     from dtdr_agents.types import as_history
 
-    model = load_retriever(args.model, encoder=args.encoder)
+    model = load_model(args)
     ranking = model.rank(args.query, args.history or (), ignore_unknown=args.ignore_unknown)
     top = ranking.top(args.k)
     if args.json:
@@ -156,6 +212,7 @@ def cmd_speed(args: argparse.Namespace) -> int:
     """Speed and memory benchmark of DTDR-C and DTDR-L."""
     from dtdr_agents.perf import format_speed, run_speed
 
+    check_encoder_option(args.encoder)
     if args.catalogue_size:
         return _speed_scale(args)
     figures = run_speed(
@@ -236,7 +293,11 @@ def add_commands(sub: Any) -> None:
     fit.add_argument("--path", help="dataset file or folder")
     fit.add_argument("--tools", help="tools file (JSON list or JSONL) for --dataset jsonl")
     fit.add_argument("--retriever", default="hybrid", help="retriever id (default hybrid)")
-    fit.add_argument("--encoder", help="encoder spec (default: the retriever's default)")
+    fit.add_argument(
+        "--encoder",
+        help="'default' (MiniLM, offline), 'tfidf', a model name or a local model folder "
+        "(default: the retriever's default)",
+    )
     fit.add_argument(
         "--param", action="append", metavar="KEY=VALUE", help="retriever parameter (repeatable)"
     )
@@ -252,7 +313,16 @@ def add_commands(sub: Any) -> None:
     rank.add_argument("--query", required=True, type=non_empty)
     rank.add_argument("--history", default="", help="comma-separated tools called so far")
     rank.add_argument("-k", type=positive_int, default=5, help="how many to show (default 5)")
-    rank.add_argument("--encoder", help="override the recorded encoder (must have the same id)")
+    rank.add_argument(
+        "--encoder",
+        help="encoder to use instead of the recorded one; its id must match unless "
+        "--allow-encoder-change ('default', 'tfidf', a model name or a local model folder)",
+    )
+    rank.add_argument(
+        "--allow-encoder-change",
+        action="store_true",
+        help="accept an --encoder whose id differs from the one the model was fitted with",
+    )
     rank.add_argument("--ignore-unknown", action="store_true", help="drop unknown history names")
     rank.add_argument("--json", action="store_true", help="print JSON")
     rank.set_defaults(func=cmd_rank)
@@ -262,7 +332,9 @@ def add_commands(sub: Any) -> None:
     )
     speed.add_argument("--n-demos", type=int, default=10000)
     speed.add_argument("--queries", type=int, default=300, help="test queries to time")
-    speed.add_argument("--encoder", default="default")
+    speed.add_argument(
+        "--encoder", default="default", help="'default' (MiniLM, offline), 'tfidf', a model name"
+    )
     speed.add_argument("--seed", type=int, default=0)
     speed.add_argument(
         "--skip-text-fit", action="store_true", help="skip fitting the (slow) text-history DTDR-L"

@@ -42,7 +42,7 @@ from dtdr_agents.datasets._io import (
 )
 from dtdr_agents.datasets.base import Dataset, Problem
 from dtdr_agents.datasets.plans import order_plan
-from dtdr_agents.errors import InvalidDemonstrationError
+from dtdr_agents.errors import DatasetFormatError, InvalidDemonstrationError
 
 
 def load_jsonl(
@@ -85,15 +85,24 @@ def load_jsonl(
         catalogue = Catalogue()
         from_names = True
     out = Collector(report, limit=limit, keep_duplicates=keep_duplicates)
+    records = 0
+    problems_before = len(report.problems)
     for line, record in iter_jsonl(path, report):
+        records += 1
         if out.full:
             break
         demo_parts = _parse_record(record, report, path, line)
         if demo_parts is None:
             continue
         query, calls, edges, demo_id = demo_parts
-        if not from_names and not resolve_unknown(
-            calls, catalogue, policy, report, path, line, f"the tools file {tools_path}"
+        label = f"the tools file {tools_path}"
+        if not from_names and policy == "error":
+            unknown = _unknown_calls(calls, catalogue)
+            if unknown:
+                report.malformed(f"{unknown} not in the tool catalogue ({label})", path, line)
+                continue
+        elif not from_names and not resolve_unknown(
+            calls, catalogue, policy, report, path, line, label
         ):
             continue
         try:
@@ -105,6 +114,13 @@ def load_jsonl(
         if demo is not None and out.add(demo, path, line) and from_names:
             for call in demo.calls:
                 catalogue.add_placeholder(call, where(path, line))
+    if records == 0 and len(report.problems) == problems_before:
+        error = DatasetFormatError(
+            f"no demonstrations in {path}: the file is empty or holds only blank lines "
+            "(one JSON object per line expected)"
+        )
+        error.path = str(path)
+        raise error
     problems = list(report.problems)
     if from_names:
         problems.insert(
@@ -122,6 +138,19 @@ def load_jsonl(
         problems=tuple(problems),
         source=str(path),
     )
+
+
+def _unknown_calls(calls: list[str], catalogue: Catalogue) -> str:
+    """The calls missing from `catalogue` with their verb (``"calls[1] = 'foo' is"``), or ""."""
+    missing = [
+        f"calls[{k}] = {name!r}"
+        for k, name in enumerate(calls)
+        if catalogue.is_placeholder_or_missing(name)
+    ]
+    if not missing:
+        return ""
+    shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+    return f"{shown} {'is' if len(missing) == 1 else 'are'}"
 
 
 def _parse_record(

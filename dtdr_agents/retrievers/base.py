@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -39,6 +40,7 @@ from dtdr_agents.errors import (
 from dtdr_agents.persistence import (
     FORMAT,
     FORMAT_VERSION,
+    EncoderMismatchError,
     SavedModel,
     arrays_path,
     check_saved_values,
@@ -83,7 +85,13 @@ class Scores:
         explanation: Method, cluster, Markov key, backoff level, ...
         ood_reason: Why the query looks out of distribution, or None.
         over_current: Whether `probabilities` are over the current catalogue already.
-        notes: Per-tool reasons to show in the ranking (`Ranking.why`).
+        notes: Per-tool reasons to show in the ranking (`Ranking.why`), in place of the rest.
+        tool_why: One tool's own features as short text (its Markov count, its similarity,
+            its feature contributions, ...), by its index in `probabilities`; `Ranking.why`
+            shows it first, so tools do not all read the same. Called only for the tools
+            whose `why` is asked for.
+        replaces: Keys of `explanation` that `tool_why` stands in for in `Ranking.why`
+            (they describe one tool, e.g. the top one); the explanation keeps them.
     """
 
     probabilities: np.ndarray
@@ -91,6 +99,37 @@ class Scores:
     ood_reason: str | None = None
     over_current: bool = False
     notes: dict[str, str] = field(default_factory=dict)
+    tool_why: Callable[[int], str] | None = None
+    replaces: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class ExplainedRanking(Ranking):
+    """A `Ranking` whose `why(name)` leads with that tool's own features.
+
+    Attributes:
+        tool_why: A tool's own features as text, by its index in `names`.
+        replaces: Explanation keys left out of `why` (the own features stand in for them).
+    """
+
+    tool_why: Callable[[int], str] | None = field(default=None, repr=False)
+    replaces: tuple[str, ...] = ()
+
+    @cached_property
+    def _index_of(self) -> dict[str, int]:
+        return {n: i for i, n in enumerate(self.names)}
+
+    def why(self, name: str) -> str:
+        """`name`'s probability, its own features, then what the ranking shares."""
+        i = self._index_of.get(name)
+        if name in self.notes or self.tool_why is None or i is None:
+            return super().why(name)
+        own = self.tool_why(i)
+        skip = {"method", *self.replaces}
+        shared = ", ".join(f"{k}={v}" for k, v in self.explanation.items() if k not in skip)
+        inside = "; ".join(part for part in (own, shared) if part)
+        method = self.explanation.get("method", "retriever")
+        return f"{method} p={self.probability(name):.3f}" + (f" ({inside})" if inside else "")
 
 
 def check_quantile(value: Any, name: str = "ood_quantile") -> None:
@@ -427,14 +466,32 @@ class ToolRetriever(ABC):
         explanation = {"method": self.retriever_id or type(self).__name__, **scores.explanation}
         if length > len(query):
             explanation["query_truncated_from"] = length
-        return Ranking(
+        return ExplainedRanking(
             names=self._names,
             probabilities=probs,
             explanation=explanation,
             fallback=scores.ood_reason is not None,
             fallback_reason=scores.ood_reason,
             notes=notes,
+            tool_why=self._current_why(scores),
+            replaces=scores.replaces,
         )
+
+    def _current_why(self, scores: Scores) -> Callable[[int], str] | None:
+        """`scores.tool_why` by position in the current catalogue.
+
+        Tools added after fit get nothing: their note says why.
+        """
+        own = scores.tool_why
+        if own is None or scores.over_current:
+            return own
+        label_of = self._label_of
+
+        def why(i: int) -> str:
+            label = int(label_of[i])
+            return own(label) if label >= 0 else ""
+
+        return why
 
     def recommend(
         self,
@@ -736,15 +793,9 @@ def _restore_encoder(
     else:
         spec = info.get("spec")
         if encoder is None and not is_builtin_encoder(spec):
-            raise ModelLoadError(
-                f"{where}: the model was fitted with encoder {spec!r}; a saved model never "
-                f"loads a model it merely names: pass encoder={spec!r} to load it"
-            )
+            raise EncoderMismatchError(where, str(spec), None)
         resolved = get_encoder(encoder if encoder is not None else spec)
         saved = resolved
     if (resolved.id != info.get("id") or saved.id != info.get("id")) and not allow_change:
-        raise ModelLoadError(
-            f"{where}: the model was fitted with encoder {info.get('id')!r} but "
-            f"{resolved.id!r} was given; pass allow_encoder_change=True to use it anyway"
-        )
+        raise EncoderMismatchError(where, info["id"], resolved.id)
     return resolved

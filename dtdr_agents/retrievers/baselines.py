@@ -27,7 +27,7 @@ import itertools
 import json
 import re
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -47,6 +47,17 @@ BM25_INSTALL_HINT = "pip install 'dtdr-agents[bench]'"
 def _with_end(tool_probs: np.ndarray, end_rate: float) -> np.ndarray:
     """Tool probabilities (summing to 1) scaled to `1 - end_rate`, then the end-of-plan rate."""
     return np.append(np.asarray(tool_probs, dtype=np.float64) * (1.0 - end_rate), end_rate)
+
+
+def _score_why(scores: np.ndarray, label: str, fmt: str) -> Callable[[int], str]:
+    """`Scores.tool_why` for a per-tool score array (the end-of-plan token has its rate)."""
+
+    def why(i: int) -> str:
+        if i >= len(scores):
+            return "end-of-plan base rate"
+        return f"{label}={scores[i]:{fmt}}"
+
+    return why
 
 
 def similarity_probabilities(similarities: np.ndarray, temperature: float | None) -> np.ndarray:
@@ -262,7 +273,11 @@ class BM25Retriever(ToolRetriever):
         else:
             probs = similarity_probabilities(scores, self.temperature)
             explanation = {"bm25_max": round(top, 3)}
-        return Scores(_with_end(probs, self.end_rate_), explanation)
+        return Scores(
+            _with_end(probs, self.end_rate_),
+            explanation,
+            tool_why=_score_why(scores, "bm25", ".2f"),
+        )
 
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return {"vocabulary_size": self.vocabulary_size_}, {}
@@ -316,7 +331,11 @@ class _SimilarityRetriever(ToolRetriever):
         sims, info = self._memo(query, "similarity", self._compute_similarities)
         probs = similarity_probabilities(sims, self.temperature)
         explanation = {"max_cosine": round(float(sims.max()), 3), **info}
-        return Scores(_with_end(probs, self.end_rate_), explanation)
+        return Scores(
+            _with_end(probs, self.end_rate_),
+            explanation,
+            tool_why=_score_why(sims, "cosine", ".3f"),
+        )
 
 
 class QTSRetriever(_SimilarityRetriever):

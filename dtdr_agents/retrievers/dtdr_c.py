@@ -6,7 +6,7 @@ one cluster and order 1.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -179,18 +179,21 @@ class DTDRC(ToolRetriever):
         probs = None
         level = ""
         key: tuple[int, ...] = ()
+        why: Callable[[int], str] | None = None
         for group in groups:
             for order in orders:
                 key = history_key(seq, order)
                 probs = self.tables_.distribution(group, key, weighted=self.weighted)
                 if probs is not None:
                     level = f"{'cluster' if group >= 0 else 'all demos'} order {order}"
+                    why = self._count_why(group, key)
                     break
             if probs is not None:
                 break
         if probs is None:
             if self.backoff:
                 probs, level = self.similarity_prior(query), "query-similarity prior"
+                why = self._prior_why(query)
             else:
                 probs = np.full(len(names), 1.0 / len(names))
                 level = "unseen history key (uniform)"
@@ -206,7 +209,34 @@ class DTDRC(ToolRetriever):
             )
         if ood is None and self.vocab_check_ is not None:
             ood = self._memo(query, "vocabulary", self._vocabulary_reason)
-        return Scores(probs, explanation, ood)
+        return Scores(probs, explanation, ood, tool_why=why)
+
+    def _count_why(self, group: int, key: tuple[int, ...]) -> Callable[[int], str]:
+        """`Scores.tool_why`: how often a label followed `key` in the demonstrations."""
+        hit = self.tables_.lookup(group, key)
+        assert hit is not None  # the key was found
+        labels, counts = hit
+        total = float(counts.sum())
+
+        def why(i: int) -> str:
+            found = np.flatnonzero(labels == i)
+            seen = float(counts[found[0]]) if len(found) else 0.0
+            return f"next after the key {seen:g} of {total:g} times"
+
+        return why
+
+    def _prior_why(self, query: str) -> Callable[[int], str]:
+        """`Scores.tool_why` for the similarity prior: the tool's cosine to the request."""
+        qvec: list[np.ndarray] = []  # encoded at the first call, then reused
+
+        def why(i: int) -> str:
+            if i >= len(self.fit_tools_) or self.tool_embeddings_ is None:
+                return "end-of-plan base rate"
+            if not qvec:
+                qvec.append(self._query_vector(query))
+            return f"cosine={float(self.tool_embeddings_[i] @ qvec[0]):.3f}"
+
+        return why
 
     def _vocabulary_reason(self, query: str) -> str | None:
         return None if self.vocab_check_ is None else self.vocab_check_.reason(self.encoder_, query)

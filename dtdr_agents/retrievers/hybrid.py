@@ -734,7 +734,29 @@ class HybridRetriever(ToolRetriever):
             explanation["cluster"] = qs.cluster
         if qs.source_note is not None:
             explanation["candidate_source"] = qs.source_note
-        return Scores(out, explanation)
+        return Scores(
+            out, explanation, tool_why=self._contribution_why(labels, x), replaces=("top_features",)
+        )
+
+    def _contribution_why(self, labels: np.ndarray, x: np.ndarray) -> Callable[[int], str]:
+        """`Scores.tool_why`: a label's three largest feature contributions (feature x weight).
+
+        A label outside the step's candidates shares `REST_MASS` and has no features.
+        """
+        rows: dict[int, int] = {}
+        weights = self.weights_
+
+        def why(i: int) -> str:
+            if not rows:
+                rows.update({int(label): r for r, label in enumerate(labels)})
+            row = rows.get(i)
+            if row is None:
+                return "not among this step's candidates"
+            contrib = x[row] * weights
+            top = [int(j) for j in np.argsort(-np.abs(contrib), kind="stable")[:3]]
+            return ", ".join(f"{FEATURES[j]}={contrib[j]:+.2f}" for j in top if contrib[j] != 0.0)
+
+        return why
 
     def mix(self) -> dict[str, float]:
         """The combiner's weight of every feature (what the cross-fitting chose)."""

@@ -436,7 +436,11 @@ class DTDRL(ToolRetriever):
         ood = self._memo(query, "ood", self._ood_reason)
         if self.min_confidence is not None and probs.max() < self.min_confidence:
             ood = f"top probability {probs.max():.3f} is below min_confidence {self.min_confidence}"
-        return Scores(probs, {"input": self.history}, ood)
+
+        def why(i: int) -> str:
+            return f"logit={float(logits[i]):+.2f}"
+
+        return Scores(probs, {"input": self.history}, ood, tool_why=why)
 
     # -------------------------------------------------------------------------- persistence
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
