@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import sqlite3
@@ -255,6 +256,40 @@ def _load_sentence_transformer(target: str, device: str, local: bool) -> Any:
         ) from exc
 
 
+_PLAIN_MODULES = frozenset({"Transformer", "Pooling", "Normalize"})
+
+
+def declared_dim(folder: str | Path) -> int | None:
+    """The embedding dimension a local sentence-transformers folder declares, or None.
+
+    Read from `modules.json` and the pooling module's `config.json`, without importing torch,
+    when the model is the plain stack (a transformer, one pooling mode, optionally a
+    normalisation); None for anything else (then the caller loads the model to know).
+    """
+    try:
+        modules = json.loads((Path(folder) / "modules.json").read_text(encoding="utf-8"))
+        kinds = [str(m["type"]).rsplit(".", 1)[-1] for m in modules]
+        if kinds.count("Pooling") != 1 or not set(kinds) <= _PLAIN_MODULES:
+            return None
+        pooling = modules[kinds.index("Pooling")]
+        config = json.loads(
+            (Path(folder) / str(pooling["path"]) / "config.json").read_text(encoding="utf-8")
+        )
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    dim = config.get("embedding_dimension", config.get("word_embedding_dimension"))
+    modes = config.get("pooling_mode")
+    if modes is None:
+        modes = [k for k, v in config.items() if k.startswith("pooling_mode_") and v is True]
+    elif isinstance(modes, str):
+        modes = [modes]
+    if not isinstance(modes, list) or len(modes) != 1:
+        return None
+    return dim if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0 else None
+
+
 class SentenceTransformerEncoder:
     """A frozen sentence-transformers model.
 
@@ -282,18 +317,32 @@ class SentenceTransformerEncoder:
     def _model(self) -> Any:
         return _load_sentence_transformer(self._target, self.device, self._local)
 
+    def _loaded_dim(self) -> int:
+        model = self._model()
+        getter = getattr(model, "get_embedding_dimension", None)
+        getter = getter or model.get_sentence_embedding_dimension
+        return int(getter())
+
     @property
     def dim(self) -> int:
-        """Embedding dimension (loads the model on first use)."""
+        """Embedding dimension.
+
+        A local model folder that declares it plainly (`declared_dim`) is not loaded for it,
+        so a saved retriever loads without importing torch; the first `encode` checks it.
+        Otherwise the model is loaded.
+        """
         if self._dim is None:
-            model = self._model()
-            getter = getattr(model, "get_embedding_dimension", None)
-            getter = getter or model.get_sentence_embedding_dimension
-            self._dim = int(getter())
+            declared = declared_dim(self._target) if self._local else None
+            self._dim = self._loaded_dim() if declared is None else declared
         return self._dim
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed `texts` (unit-norm float32 rows)."""
+        """Embed `texts` (unit-norm float32 rows).
+
+        Raises:
+            EncoderUnavailableError: The model's output dimension is not the one its
+                folder declares.
+        """
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
         out = self._model().encode(
@@ -303,6 +352,11 @@ class SentenceTransformerEncoder:
             normalize_embeddings=True,
             show_progress_bar=False,
         )
+        if self._dim is not None and out.shape[-1] != self._dim:
+            raise EncoderUnavailableError(
+                f"the model {self._target!r} declares embedding dimension {self._dim} in its "
+                f"configuration, but produced {out.shape[-1]}"
+            )
         return np.ascontiguousarray(out, dtype=np.float32)
 
     @property

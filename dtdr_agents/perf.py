@@ -2,12 +2,16 @@
 
 Run with `dtdr-agents speed`. Figures are measured on the embedded demo data; the query
 embeddings are cached before ranking is timed (a real agent encodes the request once).
+`dtdr-agents speed --startup` times the cold start of `dtdr-agents rank` in fresh processes.
 """
 
 from __future__ import annotations
 
 import platform
 import resource
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -318,4 +322,138 @@ def format_scale(figures: dict[str, Any]) -> str:
             f"{f['index_s']:<8.3f} {f['rank_ms_p50']:<12.3f} {f['rank_ms_p99']:<12.3f} "
             f"{f['peak_rss_mb']:.0f}"
         )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- cold start
+STARTUP_TARGET_S = 5.0
+"""The cold start `dtdr-agents rank` should stay under (p50 of fresh processes)."""
+
+_ENCODER_ALONE = (
+    "import sys\n"
+    "from dtdr_agents.cli import process_gc\n"
+    "from dtdr_agents.encoders import get_encoder\n"
+    "with process_gc():\n"
+    "    get_encoder(sys.argv[1]).encode(['warm-up'])\n"
+)
+"""A process that only imports, loads and runs the encoder: the floor of a `rank`."""
+
+
+def _wall_times(argv: Sequence[str], repeats: int) -> list[float]:
+    """Wall seconds of `repeats` fresh processes running `argv` (each must succeed)."""
+    out: list[float] = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        out.append(time.perf_counter() - t0)
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"{' '.join(argv[:4])} ... exited {done.returncode}: {done.stderr[-800:]}"
+            )
+    return out
+
+
+def _fit_startup_model(folder: Path, encoder: str, seed: int) -> tuple[str, float]:
+    """Fit `hybrid` on 200 generated demonstrations into `folder`; (a held-out query, fit s)."""
+    from dtdr_agents.datasets.synthetic import make_demo_dataset
+    from dtdr_agents.retrievers import make_retriever
+
+    data = make_demo_dataset(n=201, seed=seed)
+    t0 = time.perf_counter()
+    model = make_retriever("hybrid", encoder=encoder, seed=seed).fit(data.demos[:200], data.tools)
+    fit_s = time.perf_counter() - t0
+    model.save(folder)
+    return data.demos[200].query, fit_s
+
+
+def run_startup(
+    model_dir: str | Path | None = None,
+    *,
+    query: str | None = None,
+    repeats: int = 5,
+    encoder: str = "default",
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Time the cold start of `python -m dtdr_agents rank` in fresh processes (wall time).
+
+    Three figures, `repeats` processes each, after one untimed `rank` (so the operating
+    system's file cache is warm, as after any first run): the interpreter and the CLI
+    (`--version`), the model's encoder alone (import, load, encode one text: what `rank`
+    cannot go below; not timed for a TF-IDF model, whose encoder is in the model), and `rank`
+    end to end.
+
+    Args:
+        model_dir: A saved model; None fits `hybrid` on 200 generated demonstrations with
+            `encoder` into a temporary folder first.
+        query: The request ranked (default: a held-out generated request, or a fixed one).
+        repeats: Processes per figure.
+        encoder: Encoder of the fitted model when `model_dir` is None.
+        seed: Seed of the generated demonstrations.
+
+    Returns:
+        `{"rank_s": [...], "rank_p50_s", "cli_s": [...], "cli_p50_s", "encoder_s": [...] or
+        None, "encoder_p50_s", "target_s", "model", "retriever", "encoder", "fit_s", ...}`.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    with tempfile.TemporaryDirectory(prefix="dtdr-startup-") as tmp:
+        fit_s = None
+        if model_dir is None:
+            model_dir = Path(tmp) / "model"
+            held_out, fit_s = _fit_startup_model(Path(model_dir), encoder, seed)
+            query = query or held_out
+        from dtdr_agents.persistence import read_model
+
+        manifest = read_model(model_dir).manifest
+        info = manifest.get("encoder") or {}
+        python = [sys.executable, "-m", "dtdr_agents"]
+        rank = [*python, "rank", "--model", str(model_dir), "--query"]
+        rank.append(query or "Summarize q3.pdf and email it to Ana")
+        _wall_times(rank, 1)  # untimed: warms the file cache
+        cli_s = _wall_times([*python, "--version"], repeats)
+        spec = info.get("spec")
+        encoder_s = None
+        if isinstance(spec, str) and spec != "tfidf":
+            encoder_s = _wall_times([sys.executable, "-c", _ENCODER_ALONE, spec], repeats)
+        rank_s = _wall_times(rank, repeats)
+
+    def p50(xs: Sequence[float] | None) -> float | None:
+        return None if xs is None else float(np.percentile(xs, 50))
+
+    return {
+        "machine": {"python": platform.python_version(), "cpus": _cpu_count()},
+        "model": str(model_dir) if fit_s is None else None,
+        "retriever": manifest.get("retriever_id"),
+        "encoder": info.get("id"),
+        "fit_s": fit_s,
+        "repeats": repeats,
+        "target_s": STARTUP_TARGET_S,
+        "cli_s": cli_s,
+        "cli_p50_s": p50(cli_s),
+        "encoder_s": encoder_s,
+        "encoder_p50_s": p50(encoder_s),
+        "rank_s": rank_s,
+        "rank_p50_s": p50(rank_s),
+    }
+
+
+def format_startup(figures: dict[str, Any]) -> str:
+    """Human-readable lines of `run_startup` figures."""
+    where = figures["model"] or f"a {figures['retriever']} model fitted on 200 demo requests"
+    lines = [
+        f"startup benchmark: `python -m dtdr_agents rank` on {where}, encoder "
+        f"{figures['encoder']}, {figures['repeats']} fresh processes per figure (wall time, "
+        f"after one untimed run), {figures['machine']['cpus']} CPUs",
+    ]
+    rows = [
+        ("interpreter + CLI (--version)", figures["cli_s"]),
+        ("encoder alone (import, load, encode one text)", figures["encoder_s"]),
+        ("rank, end to end", figures["rank_s"]),
+    ]
+    for name, xs in rows:
+        if xs is not None:
+            runs = " ".join(f"{x:.2f}" for x in xs)
+            lines.append(f"  {name}: p50 {float(np.percentile(xs, 50)):.2f} s  (runs: {runs})")
+    verdict = "met" if figures["rank_p50_s"] < figures["target_s"] else "NOT met"
+    lines.append(f"target: rank p50 under {figures['target_s']:.0f} s: {verdict}")
     return "\n".join(lines)

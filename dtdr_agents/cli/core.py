@@ -213,6 +213,8 @@ def cmd_speed(args: argparse.Namespace) -> int:
     from dtdr_agents.perf import format_speed, run_speed
 
     check_encoder_option(args.encoder)
+    if args.startup:
+        return _speed_startup(args)
     if args.catalogue_size:
         return _speed_scale(args)
     figures = run_speed(
@@ -223,6 +225,19 @@ def cmd_speed(args: argparse.Namespace) -> int:
         include_text_fit=not args.skip_text_fit,
     )
     print(format_speed(figures))
+    if args.json:
+        from dtdr_agents.report import write_json
+
+        write_json(args.json, figures)
+    return 0
+
+
+def _speed_startup(args: argparse.Namespace) -> int:
+    """`speed --startup`: the cold start of `dtdr-agents rank`, in fresh processes."""
+    from dtdr_agents.perf import format_startup, run_startup
+
+    figures = run_startup(args.model, repeats=args.repeats, encoder=args.encoder, seed=args.seed)
+    print(format_startup(figures))
     if args.json:
         from dtdr_agents.report import write_json
 
@@ -351,5 +366,17 @@ def add_commands(sub: Any) -> None:
     )
     speed.add_argument("--cache-dir", help="embedding cache folder (for --catalogue-size)")
     speed.add_argument("--no-cache", action="store_true", help="no on-disk embedding cache")
+    speed.add_argument(
+        "--startup",
+        action="store_true",
+        help="time the cold start of `dtdr-agents rank` instead: fresh processes, wall time, p50",
+    )
+    speed.add_argument(
+        "--model",
+        help="saved model for --startup (default: hybrid fitted on 200 generated requests)",
+    )
+    speed.add_argument(
+        "--repeats", type=positive_int, default=5, help="processes per --startup figure (5)"
+    )
     speed.add_argument("--json", help="also write the figures as JSON")
     speed.set_defaults(func=cmd_speed)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from dtdr_agents.cli import main
+from dtdr_agents.cli import main, process_gc
 
 if __name__ == "__main__":
-    sys.exit(main(["mcp-proxy", *sys.argv[1:]]))
+    with process_gc():  # this process serves one client, then exits
+        code = main(["mcp-proxy", *sys.argv[1:]])
+    sys.exit(code)
