@@ -26,7 +26,10 @@ MARKERS = {
     "middleware_agent.py": "bound:",
 }
 SCRIPTS = list(MARKERS)
-TESTED_ELSEWHERE = {"cache_append.py": "tests/test_cache_append.py runs it on TaskBench-HF"}
+TESTED_ELSEWHERE = {
+    "cache_append.py": "tests/test_cache_append.py runs it on TaskBench-HF",
+    "offline_agent.py": "tests/test_cookbook_offline.py runs it and checks docs/agents.md",
+}
 
 
 def load(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
