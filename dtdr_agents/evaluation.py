@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from dtdr_agents.metrics import DEFAULT_KS, mean_metrics, step_metrics, tracc
-from dtdr_agents.progress import Progress, no_progress
+from dtdr_agents.progress import Progress, no_progress, ticking
 from dtdr_agents.recommend import Recommendation, recommend_from_ranking
 from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.stop_rule import STOP_THRESHOLD, StopRule
@@ -290,9 +290,10 @@ def evaluate(
     policies: dict[str, None] = {}
     rank_total = 0.0
     prefix = _Prefixer(max(ks))
-    encoder = retriever.encoder_
-    if encoder is not None:  # a real agent encodes the request once; warm that cache in batch
-        encoder.encode([d.query for d in test])
+    # The encoder work of every step in batches first (an agent encodes a request once).
+    retriever.warm(
+        [(d.query, s.history) for d in test for s in eval_steps(d, set_valued=set_valued)]
+    )
     try:
         for qi, demo in enumerate(wrap(test, rid, len(test))):
             steps = eval_steps(demo, set_valued=set_valued)
@@ -389,7 +390,8 @@ def fit_and_evaluate(
     rid = kwargs.get("retriever_id") or retriever.retriever_id or type(retriever).__name__
     t0 = time.perf_counter()
     try:
-        retriever.fit(train, tools)
+        with ticking(kwargs.get("progress"), f"fit {rid}"):
+            retriever.fit(train, tools)
     except Exception as exc:
         return EvalResult(
             rid, fit_s=time.perf_counter() - t0, error=f"fit failed: {type(exc).__name__}: {exc}"

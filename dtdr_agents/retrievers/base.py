@@ -296,6 +296,20 @@ class ToolRetriever(ABC):
         self.set_tools(toolset)
         return self
 
+    def warm(self, steps: Sequence[tuple[str, Sequence[str]]]) -> None:
+        """Do ahead, in batches, the encoder work that ranking these steps will need.
+
+        Each later `rank` then finds its vectors in the encoder's cache. Optional: rankings
+        are the same with or without it; a retriever that encodes more than the request
+        (DTDR-L's history text, the hybrid's clauses) extends it.
+
+        Args:
+            steps: (request, calls so far) pairs.
+        """
+        encoder = getattr(self, "encoder_", None)
+        if encoder is not None and steps:
+            encoder.encode(list(dict.fromkeys(q for q, _ in steps)))
+
     @abstractmethod
     def _fit(self, demos: list[Demonstration], tools: Toolset) -> None:
         """Learn the model's attributes from validated demonstrations."""

@@ -337,6 +337,7 @@ class HybridRetriever(ToolRetriever):
         self.cv_: dict[str, Any] = {"n_demos": len(demos), "held_out_steps": 0}
         folds = min(self.n_folds, len(demos))
         weights = prior
+        self.warm([(d.query, ()) for d in demos])  # every fold's held-out clauses, one batch
         if folds >= 2:
             rng = np.random.default_rng(self.seed)
             fold_of = rng.permutation(len(demos)) % folds
@@ -430,6 +431,18 @@ class HybridRetriever(ToolRetriever):
         self._learned_rows = rows[rows != end]  # sorted: `_learned_bm25` bisects it
 
     # ---------------------------------------------------------------------------- features
+    def warm(self, steps: Sequence[tuple[str, Sequence[str]]]) -> None:
+        """Encode the requests and their clauses (`request_clauses`) in one batch."""
+        if self.encoder_ is None or not steps:
+            return
+        queries = list(dict.fromkeys(q for q, _ in steps))
+        texts = list(queries)
+        if self.clauses:  # as `_compute_query_state`: one clause is the request itself
+            for q in queries:
+                parts = request_clauses(q)
+                texts += parts if len(parts) > 1 else []
+        self.encoder_.encode(list(dict.fromkeys(texts)))
+
     def _query_state(self, query: str) -> _QueryState:
         return self._memo(query, "hybrid", self._compute_query_state)
 

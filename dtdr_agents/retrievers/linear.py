@@ -429,6 +429,17 @@ class DTDRL(ToolRetriever):
         )
 
     # ------------------------------------------------------------------------------ scoring
+    def warm(self, steps: Sequence[tuple[str, Sequence[str]]]) -> None:
+        """Encode the requests, and with ``history="text"`` every step's text, in batches."""
+        super().warm(steps)
+        if self.encoder_ is not None and self.history == "text" and steps:
+            queries = [q for q, _ in steps]
+            histories = [tuple(h) if self.uses_history else () for _, h in steps]
+            texts = history_texts(
+                queries, histories, self.history_length, token_limit(self.encoder_)
+            )
+            self.encoder_.encode(list(dict.fromkeys(texts)))
+
     def _score(self, query: str, history: tuple[str, ...]) -> Scores:
         x = self._features([query], [history if self.uses_history else ()])[0]
         logits = self.weight_ @ x + self.bias_
