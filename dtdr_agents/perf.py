@@ -442,8 +442,8 @@ def format_startup(figures: dict[str, Any]) -> str:
     where = figures["model"] or f"a {figures['retriever']} model fitted on 200 demo requests"
     lines = [
         f"startup benchmark: `python -m dtdr_agents rank` on {where}, encoder "
-        f"{figures['encoder']}, {figures['repeats']} fresh processes per figure (wall time, "
-        f"after one untimed run), {figures['machine']['cpus']} CPUs",
+        f"{figures['encoder']}, {figures['machine']['cpus']} CPUs; wall time of fresh "
+        f"processes after one untimed run, runs per figure: {figures['repeats']}",
     ]
     rows = [
         ("interpreter + CLI (--version)", figures["cli_s"]),
