@@ -77,8 +77,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(format_table(report))
     print(LEGEND)
     print(
-        "ms_per_step: ranking time per teacher-forced step with the request's embedding cached "
-        "(dtdr-l also encodes query + history at every step); fit_s: seconds in fit.",
+        "ms_per_step: ranking time per teacher-forced step after the run's encoder work was "
+        "done in batches (requests, dtdr-l's history texts, hybrid's clauses); fit_s: seconds "
+        "in fit.",
     )
     if args.json:
         write_json(args.json, report)
