@@ -9,6 +9,10 @@ retriever has — how many calls were made so far, and how many clauses (sub-goa
 states (`request_clauses`, the split `hybrid` uses) — and the request's length. It predicts
 "stop" when its probability is at least one half. It never sees a retriever's tool ranking, so
 no query-only retriever gets a better or worse rule than another.
+
+With no demonstrations there is nothing to fit: `StopRule.zero_shot()` is the rule's
+well-defined zero-shot state, which stops once the calls so far cover the request's clauses
+(a logistic curve in calls made minus clauses stated, `ZERO_SHOT_SLOPE`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ MAX_CALLS_FEATURE = 5
 """Calls-so-far counts at or above this share one indicator."""
 
 N_FEATURES = MAX_CALLS_FEATURE + 1 + 4
+
+ZERO_SHOT_SLOPE = 4.0
+"""Zero-shot rule: P(stop) = sigmoid(slope * (calls - clauses + 0.5)), 0.88 when every clause
+has a call, 0.12 when one is left."""
 
 
 def stop_features(query: str, n_calls: int) -> np.ndarray:
@@ -50,7 +58,8 @@ class StopRule:
 
     Attributes:
         constant_: The probability when the demonstrations hold one class only, else None.
-        model_: The fitted logistic regression (None when `constant_` is set).
+        model_: The fitted logistic regression (None when `constant_` is set or zero-shot).
+        zero_shot_: True for the rule built without demonstrations (`zero_shot`).
     """
 
     def __init__(self, c: float = 1.0) -> None:
@@ -74,6 +83,7 @@ class StopRule:
                 rows.append(stop_features(demo.query, len(step.history)))
                 labels.append(int(step.target == END_OF_PLAN))
         y = np.asarray(labels)
+        self.zero_shot_ = False
         self.model_: LogisticRegression | None = None
         self.constant_: float | None = None
         if y.min() == y.max():
@@ -82,12 +92,31 @@ class StopRule:
             self.model_ = LogisticRegression(C=self.c, max_iter=1000).fit(np.stack(rows), y)
         return self
 
+    @classmethod
+    def zero_shot(cls, c: float = 1.0) -> StopRule:
+        """The rule without demonstrations: stop once the calls cover the request's clauses."""
+        rule = cls(c)
+        rule.zero_shot_ = True
+        rule.model_ = None
+        rule.constant_ = None
+        return rule
+
     def probability(self, query: str, history: Sequence[str]) -> float:
         """P(stop) before the next call, given the calls made so far."""
         if not hasattr(self, "model_"):
-            raise RuntimeError("StopRule is not fitted: call fit(demos) first")
+            raise RuntimeError("StopRule is not fitted: call fit(demos) or zero_shot() first")
+        if getattr(self, "zero_shot_", False):
+            return zero_shot_stop_probability(query, len(history))
         if self.model_ is None:
             assert self.constant_ is not None
             return self.constant_
         x = stop_features(query, len(history))[None, :]
         return float(self.model_.predict_proba(x)[0, 1])
+
+
+def zero_shot_stop_probability(query: str, n_calls: int) -> float:
+    """P(stop) without demonstrations: a logistic curve in calls made minus clauses stated."""
+    from dtdr_agents.retrievers.hybrid import request_clauses
+
+    gap = n_calls - len(request_clauses(query)) + 0.5
+    return 1.0 / (1.0 + math.exp(-ZERO_SHOT_SLOPE * gap))

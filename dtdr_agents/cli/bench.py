@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from dtdr_agents.cli._common import (
     add_split_arguments,
     check_encoder_option,
     load_split,
+    non_negative_int,
     positive_int,
     split_ids,
 )
@@ -48,6 +50,13 @@ def seed_list(args: argparse.Namespace) -> list[int]:
     return [args.seed + i for i in range(args.seeds)]
 
 
+def first_demos(train: Dataset, test: Dataset, n: int | None) -> tuple[Dataset, Dataset]:
+    """(train cut to its first `n` demonstrations, test); `n` None keeps them all."""
+    if n is None:
+        return train, test
+    return dataclasses.replace(train, demos=list(train.demos)[:n]), test
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the comparison over the seeds and print/write the results."""
     t_start = time.perf_counter()
@@ -60,7 +69,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         )
     seeds = seed_list(args)
     origin = provenance(seeds, getattr(args, "argv", None))  # the code that runs is this commit
-    train, test = load_split(args)
+    train, test = first_demos(*load_split(args), args.n_demos)
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
     encoder = get_encoder(args.encoder, cache_dir=cache_dir)
     chat = None
@@ -88,7 +97,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     def load(seed: int) -> tuple[Dataset, Dataset]:
         if seed not in loaded:
-            loaded[seed] = load_split(argparse.Namespace(**{**vars(args), "seed": seed}))
+            loaded[seed] = first_demos(
+                *load_split(argparse.Namespace(**{**vars(args), "seed": seed})), args.n_demos
+            )
         return loaded.pop(seed)
 
     run = run_seeded(
@@ -102,7 +113,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         context={"planner": planning.planner} if planning.planner is not None else None,
     )
     uses_planner = any(rid.split(":")[0] == "toolqp" for rid in ids)
-    extra: dict[str, Any] = {"skipped": run.skipped}
+    extra: dict[str, Any] = {"n_demos": len(train.demos), "skipped": run.skipped}
     if uses_planner:
         extra["planner"] = planning.to_json()
     if run.ablations:
@@ -209,6 +220,13 @@ def add_commands(sub: Any) -> None:
         help="'default' (MiniLM, offline), 'tfidf', a model name or a local model folder",
     )
     bench.add_argument("--json", help="write the report as JSON")
+    bench.add_argument(
+        "--n-demos",
+        type=non_negative_int,
+        metavar="N",
+        help="fit on the first N demonstrations of the training split (0: zero-shot, every "
+        "retriever fits on none); the test split is unchanged (default: all)",
+    )
     bench.add_argument(
         "--seeds",
         type=positive_int,

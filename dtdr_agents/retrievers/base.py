@@ -183,7 +183,9 @@ class ToolRetriever(ABC):
     uses_encoder: ClassVar[bool] = True
     """Whether `fit` needs the sentence encoder."""
     accepts_no_demos: ClassVar[bool] = False
-    """Whether `fit` works with zero demonstrations (the retriever is then purely zero-shot)."""
+    """Whether `_fit` itself handles zero demonstrations. Every retriever fits on none: one
+    whose `_fit` cannot (a learned one) is then in the zero-shot state (`zero_shot_`), which
+    ranks by query-tool similarity (a composite: by its base) and says so."""
 
     encoder: str | Encoder | None
     prior_weight: float
@@ -269,8 +271,6 @@ class ToolRetriever(ABC):
         self._check_params()
         toolset = tools if isinstance(tools, Toolset) else Toolset(tools)
         demo_list = list(demos)
-        if not demo_list and not self.accepts_no_demos:
-            raise InvalidDemonstrationError("fit needs at least one demonstration, got none")
         for pos, demo in enumerate(demo_list):
             if not isinstance(demo, Demonstration):
                 raise InvalidDemonstrationError(
@@ -291,7 +291,9 @@ class ToolRetriever(ABC):
             self.tool_embeddings_ = encoder.encode([t.text() for t in toolset])
         steps = [s for d in demo_list for s in d.steps()]
         self.end_rate_ = sum(s.target == END_OF_PLAN for s in steps) / len(steps) if steps else 0.0
-        self._fit(demo_list, toolset)
+        self.zero_shot_ = not demo_list and not self.accepts_no_demos
+        if not self.zero_shot_:
+            self._fit(demo_list, toolset)
         self._fitted = True
         self.set_tools(toolset)
         return self
@@ -459,7 +461,11 @@ class ToolRetriever(ABC):
         hist = self._validate_history(as_history(history), ignore_unknown)
         if self.max_history_calls is not None and len(hist) > self.max_history_calls:
             hist = hist[len(hist) - self.max_history_calls :]
-        scores = self._score(query, hist)
+        scores = (
+            self._zero_shot_score(query, hist)
+            if getattr(self, "zero_shot_", False)
+            else self._score(query, hist)
+        )
         if scores.over_current:
             probs = np.asarray(scores.probabilities, dtype=np.float64)
             notes: dict[str, str] = {}
@@ -490,6 +496,41 @@ class ToolRetriever(ABC):
             tool_why=self._current_why(scores),
             replaces=scores.replaces,
         )
+
+    def _zero_shot_score(self, query: str, history: tuple[str, ...]) -> Scores:
+        """The zero-shot state's scores: nothing learned, so query-tool similarity ranks.
+
+        Tools share 1 - P(stop) by a softmax of their cosine similarity to the request (a
+        composite: by its base's ranking); end-of-plan gets the zero-shot stop rule's P(stop)
+        (`dtdr_agents.stop_rule.zero_shot_stop_probability`), which follows the history.
+        """
+        from dtdr_agents.stop_rule import zero_shot_stop_probability
+
+        end = zero_shot_stop_probability(query, len(history))
+        explanation: dict[str, Any] = {
+            "zero_shot": "fitted on no demonstrations",
+            "stop": f"zero-shot stop rule p={end:.3f}",
+        }
+        base = self.parts().get("base")
+        if base is not None:
+            ranking = base.rank(query, history)
+            tools = np.asarray(ranking.probabilities[:-1], dtype=np.float64)
+            total = tools.sum()
+            tools = tools / total if total > 0 else np.full(len(tools), 1.0 / len(tools))
+            explanation["ranked_by"] = f"base {base.retriever_id or type(base).__name__}"
+            return Scores(np.append(tools * (1.0 - end), end), explanation, over_current=True)
+        if self.encoder_ is None or self.tool_embeddings_ is None:
+            n = len(self.labels_) - 1
+            explanation["ranked_by"] = "nothing (no encoder): uniform"
+            return Scores(np.append(np.full(n, (1.0 - end) / n), end), explanation)
+        sims = self.tool_embeddings_ @ self._query_vector(query)
+        probs = softmax(sims / PRIOR_TEMPERATURE) * (1.0 - end)
+        explanation["ranked_by"] = "query-tool cosine similarity"
+
+        def why(i: int) -> str:
+            return f"cosine {sims[i]:.3f}" if i < len(sims) else ""
+
+        return Scores(np.append(probs, end), explanation, tool_why=why)
 
     def _current_why(self, scores: Scores) -> Callable[[int], str] | None:
         """`scores.tool_why` by position in the current catalogue.
@@ -589,7 +630,8 @@ class ToolRetriever(ABC):
     def to_saved(self) -> SavedModel:
         """The fitted retriever as a `SavedModel` (manifest, arrays, nested retrievers)."""
         self._check_fitted()
-        state, model_arrays = self._state()
+        zero_shot = getattr(self, "zero_shot_", False)
+        state, model_arrays = ({}, {}) if zero_shot else self._state()
         arrays = {f"model/{k}": v for k, v in model_arrays.items()}
         encoder_info: dict[str, Any] | None = None
         if self.encoder_ is not None and self.uses_encoder:  # a composite's is its base's
@@ -616,6 +658,8 @@ class ToolRetriever(ABC):
             "end_rate": self.end_rate_,
             "state": state,
         }
+        if zero_shot:
+            manifest["zero_shot"] = True
         children = {name: part.to_saved() for name, part in self.parts().items()}
         return SavedModel(manifest, arrays, children)
 
@@ -752,8 +796,10 @@ def _restore(
     retriever.encoder_ = _restore_encoder(manifest, arrays, encoder, allow_encoder_change, where)
     retriever.tool_embeddings_ = arrays.get("tool_embeddings")
     retriever._set_parts(parts)
+    retriever.zero_shot_ = manifest.get("zero_shot") is True
     try:
-        retriever._set_state(manifest["state"], child_arrays(arrays, "model"))
+        if not retriever.zero_shot_:
+            retriever._set_state(manifest["state"], child_arrays(arrays, "model"))
     except ModelLoadError as exc:
         raise ModelLoadError(f"{where}: {exc}") from None
     except (KeyError, TypeError, ValueError, IndexError, OverflowError, MemoryError) as exc:

@@ -100,6 +100,7 @@ class RandomRetriever(ToolRetriever):
     """
 
     retriever_id: ClassVar[str] = "random"
+    accepts_no_demos: ClassVar[bool] = True  # needs no demonstrations by nature
     bench_default: ClassVar[bool] = True
     uses_encoder: ClassVar[bool] = False
 
@@ -168,6 +169,7 @@ class BM25Retriever(ToolRetriever):
     """
 
     retriever_id: ClassVar[str] = "bm25"
+    accepts_no_demos: ClassVar[bool] = True  # needs no demonstrations by nature
     bench_default: ClassVar[bool] = True
     uses_history: ClassVar[bool] = False
     predicts_end: ClassVar[bool] = False
@@ -298,6 +300,7 @@ class _SimilarityRetriever(ToolRetriever):
 
     uses_history: ClassVar[bool] = False
     predicts_end: ClassVar[bool] = False
+    accepts_no_demos: ClassVar[bool] = True  # needs no demonstrations by nature
     uses_encoder: ClassVar[bool] = True
 
     encoder: str | Encoder | None

@@ -104,6 +104,7 @@ class GraphToolCallRetriever(ToolRetriever):
     """
 
     retriever_id: ClassVar[str] = "peer-gtc"
+    accepts_no_demos: ClassVar[bool] = True  # needs no demonstrations by nature
     uses_history: ClassVar[bool] = True
     predicts_end: ClassVar[bool] = False
     uses_encoder: ClassVar[bool] = False

@@ -257,8 +257,13 @@ class PTRRecommender(CompositeRetriever):
         dist: np.ndarray = self.size_model_.predict_proba_from_sims(sims)[0]
         return dist
 
-    def set_size(self, query: str) -> int:
-        """The learned set size: the most likely number of tools for `query` (>= 1)."""
+    def set_size(self, query: str) -> int | None:
+        """The learned set size: the most likely number of tools for `query` (>= 1).
+
+        None in the zero-shot state (no demonstrations): the default policy decides.
+        """
+        if getattr(self, "zero_shot_", False):
+            return None
         dist = self.size_distribution(query).copy()
         dist[0] = 0.0
         return max(1, int(dist.argmax()))
@@ -299,6 +304,8 @@ class PTRRecommender(CompositeRetriever):
             request is out of distribution (then empty, with the reason).
         """
         self._check_fitted()
+        if getattr(self, "zero_shot_", False):  # no bundles: the base's ranking, cut
+            return super().recommend(query, history, ignore_unknown=ignore_unknown)
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
         called = [

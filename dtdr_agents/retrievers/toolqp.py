@@ -109,6 +109,7 @@ class ToolQPRetriever(CompositeRetriever):
     """
 
     retriever_id: ClassVar[str] = "toolqp"
+    accepts_no_demos: ClassVar[bool] = True  # needs no demonstrations by nature
     default_base: ClassVar[str] = "qts"
     runtime_params: ClassVar[tuple[str, ...]] = ("planner",)
     uses_history: ClassVar[bool] = True
