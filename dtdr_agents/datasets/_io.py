@@ -182,6 +182,7 @@ def call_arguments(
     report: Report,
     path: Path | str,
     line: int | None,
+    order: Sequence[int] | None = None,
 ) -> list[CallArguments] | None:
     """The recorded arguments of a sample's calls, or None when one is not a JSON object.
 
@@ -195,6 +196,7 @@ def call_arguments(
         report: Where the remark goes.
         path: The sample's file.
         line: The sample's line.
+        order: The plan's order (`OrderedPlan.order`): the result follows the reordered calls.
     """
     out: list[CallArguments] = []
     for k, (value, label) in enumerate(zip(values, labels, strict=True)):
@@ -207,7 +209,7 @@ def call_arguments(
                 line,
             )
             return None
-    return out
+    return out if order is None else [out[k] for k in order]
 
 
 # ----------------------------------------------------------------------------- files

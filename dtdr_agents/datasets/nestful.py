@@ -252,6 +252,7 @@ def _add_sample(
         report,
         path,
         line,
+        plan.order,
     )
     demo = make_demo(
         report,
@@ -261,7 +262,7 @@ def _add_sample(
         plan.calls,
         plan.edges,
         sample_id,
-        None if arguments is None else [arguments[k] for k in plan.order],
+        arguments,
     )
     if demo is not None:
         out.add(demo, path, line)

@@ -380,7 +380,7 @@ def _add_sample(
     except PlanCycleError as exc:
         report.skipped(f"task_links: {exc}", path, line)
         return
-    arguments = _node_arguments(nodes, calls, catalogue, report, path, line)
+    arguments = _node_arguments(nodes, calls, catalogue, report, path, line, plan.order)
     demo = make_demo(
         report,
         path,
@@ -389,7 +389,7 @@ def _add_sample(
         plan.calls,
         plan.edges,
         sample_id,
-        None if arguments is None else [arguments[k] for k in plan.order],
+        arguments,
     )
     if demo is not None:
         out.add(demo, path, line)
@@ -402,8 +402,9 @@ def _node_arguments(
     report: Report,
     path: Path,
     line: int,
+    order: Sequence[int],
 ) -> list[CallArguments] | None:
-    """The nodes' published arguments by name, or None when the sample has none."""
+    """The nodes' published arguments by name (in the plan's `order`), or None."""
     raw = [node.get("arguments") for node in nodes]
     if all(a is None for a in raw):
         return None
@@ -426,7 +427,7 @@ def _node_arguments(
             )
             return None
     labels = [f"<node-{k}>" for k in range(len(calls))]
-    return call_arguments(values, labels, "task_nodes[{k}].arguments", report, path, line)
+    return call_arguments(values, labels, "task_nodes[{k}].arguments", report, path, line, order)
 
 
 def _query_of(

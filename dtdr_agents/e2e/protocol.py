@@ -202,6 +202,15 @@ class StepRequest:
     fingerprint: str = field(default="", compare=False)
 
 
+def _call_messages(call_id: str, name: str, arguments: str, result: str) -> list[dict[str, Any]]:
+    """A teacher-forced call: the assistant's tool call and the tool's result message."""
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "content": result},
+    ]
+
+
 def cells(retrievers: Sequence[str], modes: Sequence[str]) -> list[tuple[str, str]]:
     """The (retriever, mode) pairs a run evaluates.
 
@@ -341,21 +350,7 @@ class ProtocolBuilder:
             {"role": "user", "content": step.query},
         ]
         for n, name in enumerate(step.history, start=1):
-            call_id = f"call_{n}"
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [
-                        {
-                            "id": call_id,
-                            "type": "function",
-                            "function": {"name": name, "arguments": "{}"},
-                        }
-                    ],
-                }
-            )
-            messages.append({"role": "tool", "tool_call_id": call_id, "content": TOOL_RESULT})
+            messages.extend(_call_messages(f"call_{n}", name, "{}", TOOL_RESULT))
         return messages
 
     def argument_request(self, step: E2EStep, function: str) -> ArgumentRequest:
@@ -371,27 +366,11 @@ class ProtocolBuilder:
         ]
         history_args = step.history_arguments
         for n, name in enumerate(step.history, start=1):
-            call_id = f"call_{n}"
             recorded = history_args[n - 1] if history_args is not None else None
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [
-                        {
-                            "id": call_id,
-                            "type": "function",
-                            "function": {
-                                "name": name,
-                                "arguments": recorded.json if recorded else "{}",
-                            },
-                        }
-                    ],
-                }
-            )
             label = recorded.label if recorded else None
             result = f"{TOOL_RESULT} Result label: {label}" if label else TOOL_RESULT
-            messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
+            arguments = recorded.json if recorded else "{}"
+            messages.extend(_call_messages(f"call_{n}", name, arguments, result))
         tools = [schema]
         fingerprint = hashlib.sha256(
             json.dumps({"messages": messages, "tools": tools}, sort_keys=True).encode()
