@@ -23,6 +23,7 @@ from typing import Self
 
 import numpy as np
 
+from dtdr_agents.clauses import request_clauses
 from dtdr_agents.types import END_OF_PLAN, Demonstration
 
 STOP_THRESHOLD = 0.5
@@ -40,8 +41,6 @@ has a call, 0.12 when one is left."""
 
 def stop_features(query: str, n_calls: int) -> np.ndarray:
     """The rule's features of one step: calls so far (one-hot), clauses, their gap, length."""
-    from dtdr_agents.retrievers.hybrid import request_clauses
-
     clauses = len(request_clauses(query))
     x = np.zeros(N_FEATURES)
     x[min(n_calls, MAX_CALLS_FEATURE)] = 1.0
@@ -116,7 +115,5 @@ class StopRule:
 
 def zero_shot_stop_probability(query: str, n_calls: int) -> float:
     """P(stop) without demonstrations: a logistic curve in calls made minus clauses stated."""
-    from dtdr_agents.retrievers.hybrid import request_clauses
-
     gap = n_calls - len(request_clauses(query)) + 0.5
     return 1.0 / (1.0 + math.exp(-ZERO_SHOT_SLOPE * gap))

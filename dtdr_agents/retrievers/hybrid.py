@@ -29,7 +29,6 @@ beyond filling the output vector.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 
 from dtdr_agents.checks import check_number
+from dtdr_agents.clauses import request_clauses
 from dtdr_agents.encoders import Encoder
 from dtdr_agents.errors import ModelLoadError
 from dtdr_agents.index import EXACT_LIMIT, CandidateIndex
@@ -129,26 +129,6 @@ KNN = 10
 
 KNN_TEMPERATURE = 0.05
 """Softmax temperature of the neighbours' weights over their cosine similarities."""
-
-
-MAX_CLAUSES = 16
-"""Clauses of a request kept for the `clause_*` features (the first ones)."""
-
-_CLAUSE_SPLIT = re.compile(
-    r"[.;!?]+\s+|,?\s+(?:and then|then|after that|afterwards|finally|next|and)\s+|,\s+",
-    re.IGNORECASE,
-)
-
-
-def request_clauses(query: str, limit: int = MAX_CLAUSES) -> list[str]:
-    """The request split into clauses of at least three words (sentences, "then", "and").
-
-    A multi-step request usually states one sub-goal per clause; the `clause_*` features ask
-    which clauses the calls so far have not covered. A request without such a split is one
-    clause.
-    """
-    parts = [p.strip() for p in _CLAUSE_SPLIT.split(query) if p and len(p.split()) >= 3]
-    return parts[:limit] or [query]
 
 
 CandidateSource = Callable[[str, int], Sequence[tuple[str, float]]]
