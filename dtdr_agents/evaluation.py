@@ -385,7 +385,8 @@ def fit_and_evaluate(
     """Fit `retriever` on `train` (timed) and `evaluate` it on `test`; failures are recorded.
 
     A retriever without an end-of-plan model of its own (`has_own_stop`) has its stop
-    decision judged by the shared `StopRule`, fitted on the same `train`.
+    decision judged by the shared `StopRule`, fitted on the same `train` (with no
+    demonstrations: `StopRule.zero_shot()`, as `bench --n-demos 0` does).
     """
     rid = kwargs.get("retriever_id") or retriever.retriever_id or type(retriever).__name__
     t0 = time.perf_counter()
@@ -397,8 +398,8 @@ def fit_and_evaluate(
             rid, fit_s=time.perf_counter() - t0, error=f"fit failed: {type(exc).__name__}: {exc}"
         )
     fit_s = time.perf_counter() - t0
-    if not kwargs.get("set_valued") and not has_own_stop(retriever) and train:
-        kwargs.setdefault("stop_rule", StopRule().fit(train))
+    if not kwargs.get("set_valued") and not has_own_stop(retriever):
+        kwargs.setdefault("stop_rule", StopRule().fit(train) if train else StopRule.zero_shot())
     result = evaluate(retriever, test, **kwargs)
     result.fit_s = fit_s
     return result
