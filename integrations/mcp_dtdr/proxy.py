@@ -30,6 +30,7 @@ protocol (where change notifications travel only on such streams).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
@@ -348,8 +349,42 @@ def _core_tool(tool: types.Tool) -> Tool:
     return Tool(name=tool.name, description=tool.description or "", parameters=tool.input_schema)
 
 
+@dataclass(frozen=True)
+class _Catalogue:
+    """The upstream's tools as the proxy ranks and lists them (never changed in place)."""
+
+    selector: StepSelector
+    tools: Mapping[str, types.Tool]  # by upstream name
+    listed: Mapping[str, str]  # the name clients see, by upstream name
+    by_listed: Mapping[str, str]  # the upstream name, by listed name
+
+
+@dataclass(frozen=True)
+class _State:
+    """A snapshot of what a session sees; replaced whole, never changed in place."""
+
+    catalogue: _Catalogue
+    request: str | None = None
+    history: tuple[str, ...] = ()
+    step: StepRecord | None = None
+    found: tuple[str, ...] = ()
+
+    def exposed(self) -> tuple[str, ...]:
+        """Upstream tool names the session may call, in the order they are listed."""
+        names = list(self.step.bound if self.step is not None else ())
+        for name in (*self.catalogue.selector.policy.always_include, *self.found):
+            if name not in names:
+                names.append(name)
+        return tuple(names)
+
+
 class ProxySession:
     """What one client session sees: its request, its call history and the exposed tools.
+
+    The state is one immutable snapshot (`state`), replaced whole by each change, so a
+    ``tools/list`` answered while ``set_task`` runs sees the state before or after it, never
+    half of it. The changing methods (`set_task`, `search`, `record_call`) run in worker
+    threads; callers hold `lock` around them, so that one change does not undo another.
 
     Args:
         selector: The step selector over the upstream's tools.
@@ -357,9 +392,8 @@ class ProxySession:
         search_k: Tools returned by ``search_tools``.
 
     Attributes:
-        listed: The name clients see for each upstream tool, by upstream name (see
-            `listed_names`; an upstream tool named like a proxy tool is renamed).
-        by_listed: The upstream name of each listed name.
+        lock: Held (by the server) around every change of the state.
+        steps: The steps selected in the current task, in order.
     """
 
     def __init__(
@@ -369,31 +403,70 @@ class ProxySession:
         *,
         search_k: int,
     ) -> None:
-        self.selector = selector
-        self.upstream_tools = dict(upstream_tools)
         self.search_k = search_k
-        self.request: str | None = None
-        self.history: list[str] = []
-        self.step: StepRecord | None = None
-        self.found: tuple[str, ...] = ()
+        self.lock = anyio.Lock()
         self.steps: list[StepRecord] = []
-        self.listed = listed_names(list(self.upstream_tools))
-        self.by_listed = {shown: name for name, shown in self.listed.items()}
+        listed = listed_names(list(upstream_tools))
+        self.state = _State(
+            _Catalogue(
+                selector,
+                dict(upstream_tools),
+                listed,
+                {shown: name for name, shown in listed.items()},
+            )
+        )
+
+    @property
+    def selector(self) -> StepSelector:
+        """The step selector over the upstream's current tools."""
+        return self.state.catalogue.selector
+
+    @property
+    def upstream_tools(self) -> Mapping[str, types.Tool]:
+        """The upstream's tools, by upstream name."""
+        return self.state.catalogue.tools
+
+    @property
+    def listed(self) -> Mapping[str, str]:
+        """The name clients see for each upstream tool, by upstream name (`listed_names`)."""
+        return self.state.catalogue.listed
+
+    @property
+    def by_listed(self) -> Mapping[str, str]:
+        """The upstream name of each listed name."""
+        return self.state.catalogue.by_listed
+
+    @property
+    def request(self) -> str | None:
+        """The session's request, None before ``set_task``."""
+        return self.state.request
+
+    @property
+    def history(self) -> tuple[str, ...]:
+        """The upstream tools called in the current task, in order."""
+        return self.state.history
+
+    @property
+    def step(self) -> StepRecord | None:
+        """The selection for the next step, None before ``set_task``."""
+        return self.state.step
+
+    @property
+    def found(self) -> tuple[str, ...]:
+        """The tools the last ``search_tools`` found (callable)."""
+        return self.state.found
 
     def exposed(self) -> tuple[str, ...]:
         """Upstream tool names the session may call, in the order they are listed."""
-        names = list(self.step.bound if self.step is not None else ())
-        for name in (*self.selector.policy.always_include, *self.found):
-            if name not in names:
-                names.append(name)
-        return tuple(names)
+        return self.state.exposed()
 
-    def rerank(self) -> None:
-        """Select the tools for the next step (needs a request)."""
-        if self.request is None:
-            return
-        self.step = self.selector.select(self.request, self.history, previous=self.step)
-        self.steps.append(self.step)
+    def _ranked(self, state: _State, previous: StepRecord | None) -> _State:
+        """`state` with the step selected for its request and history (needs a request)."""
+        if state.request is None:
+            return state
+        step = state.catalogue.selector.select(state.request, state.history, previous=previous)
+        self.steps.append(step)
+        return dataclasses.replace(state, step=step)
 
     def set_task(self, request: Any) -> str:
         """Set the request, reset the history, re-rank; the text answered to the client.
@@ -401,12 +474,9 @@ class ProxySession:
         Raises:
             MCPError: The request is missing or empty.
         """
-        self.request = _required_text(request, SET_TASK, "request", " (the user's task)")
-        self.history = []
-        self.found = ()
-        self.step = None
+        text = _required_text(request, SET_TASK, "request", " (the user's task)")
         self.steps = []
-        self.rerank()
+        self.state = self._ranked(_State(self.state.catalogue, request=text), None)
         return f"Task set. Tools offered for the next step: {', '.join(self.callable_names())}."
 
     def search(self, query: Any) -> str:
@@ -415,30 +485,35 @@ class ProxySession:
         Raises:
             MCPError: The query is missing or empty.
         """
-        ranking = self.selector.retriever.rank(_required_text(query, SEARCH_TOOLS, "query"), ())
+        state = self.state
+        cat = state.catalogue
+        ranking = cat.selector.retriever.rank(_required_text(query, SEARCH_TOOLS, "query"), ())
         sel = select(ranking, SelectionPolicy(k=self.search_k, respect_fallback=False))
-        self.found = sel.names
+        self.state = dataclasses.replace(state, found=sel.names)
         lines = [
-            f"- {self.listed[n]}: {self.upstream_tools[n].description or ''}".rstrip(": ")
-            for n in sel.names
+            f"- {cat.listed[n]}: {cat.tools[n].description or ''}".rstrip(": ") for n in sel.names
         ]
         return "Found (now callable):\n" + "\n".join(lines)
 
     def record_call(self, name: str) -> None:
         """Append an upstream call to the history and re-rank."""
-        self.history.append(name)
-        self.rerank()
+        state = self.state
+        state = dataclasses.replace(state, history=(*state.history, name))
+        self.state = self._ranked(state, state.step)
 
     def callable_names(self) -> tuple[str, ...]:
         """The listed names of the exposed upstream tools (what clients call them)."""
-        return tuple(self.listed[n] for n in self.exposed())
+        state = self.state
+        return tuple(state.catalogue.listed[n] for n in state.exposed())
 
     def list_tools(self) -> list[types.Tool]:
         """The meta-tools, then the exposed upstream tools under their listed names."""
+        state = self.state  # one snapshot: complete even while another request changes it
+        cat = state.catalogue
         tools = [*_META_TOOLS]
-        for name in self.exposed():
-            tool = self.upstream_tools[name]
-            shown = self.listed[name]
+        for name in state.exposed():
+            tool = cat.tools[name]
+            shown = cat.listed[name]
             tools.append(tool if shown == name else tool.model_copy(update={"name": shown}))
         return tools
 
@@ -502,25 +577,32 @@ def build_server(upstream: Upstream, retriever: ToolRetriever | None, config: Pr
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         sess = live()
-        before = sess.exposed()
         args = dict(params.arguments or {})
-        name = sess.by_listed.get(params.name)  # the upstream's name of the tool called
-        if params.name == SET_TASK:
-            result = _text(await anyio.to_thread.run_sync(sess.set_task, args.get("request")))
-        elif params.name == SEARCH_TOOLS:
-            result = _text(await anyio.to_thread.run_sync(sess.search, args.get("query")))
-        elif name is None or name not in before:
-            raise _mcp_error(
-                f"the tool {params.name!r} is "
-                f"{'unknown' if name is None else 'not offered at this step'}; callable now: "
-                f"{[SET_TASK, SEARCH_TOOLS, *sess.callable_names()]}. Call {SET_TASK} with the "
-                f"user's request, or {SEARCH_TOOLS} to find a tool.",
-                types.INVALID_PARAMS,
+        if params.name in (SET_TASK, SEARCH_TOOLS):
+            change, arg = (
+                (sess.set_task, "request") if params.name == SET_TASK else (sess.search, "query")
             )
+            async with sess.lock:
+                before = sess.exposed()
+                result = _text(await anyio.to_thread.run_sync(change, args.get(arg)))
+                after = sess.exposed()
         else:
+            state = sess.state
+            name = state.catalogue.by_listed.get(params.name)  # the upstream's name
+            if name is None or name not in state.exposed():
+                raise _mcp_error(
+                    f"the tool {params.name!r} is "
+                    f"{'unknown' if name is None else 'not offered at this step'}; callable "
+                    f"now: {[SET_TASK, SEARCH_TOOLS, *sess.callable_names()]}. Call "
+                    f"{SET_TASK} with the user's request, or {SEARCH_TOOLS} to find a tool.",
+                    types.INVALID_PARAMS,
+                )
             result = await upstream.call(name, args)
-            await anyio.to_thread.run_sync(sess.record_call, name)
-        if sess.exposed() != before:
+            async with sess.lock:
+                before = sess.exposed()
+                await anyio.to_thread.run_sync(sess.record_call, name)
+                after = sess.exposed()
+        if after != before:
             with contextlib.suppress(Exception):  # a client that cannot take it still polls
                 await ctx.session.send_tool_list_changed()  # handshake-era clients
             await bus.publish(ToolsListChanged())  # 2026-07-28 clients' listen streams
