@@ -1,12 +1,15 @@
 """A real MCP server (official SDK, stdio) used as the upstream of the proxy in the tests.
 
     python tests/mcp_upstream_server.py --tools tools.json [--duplicate] [--fail-on NAME]
-        [--slow-on NAME] [--die-on NAME] [--hang-start]
+        [--slow-on NAME] [--die-on NAME] [--hang-start] [--swap-tools FILE --swap-when PATH]
 
 Every tool of ``tools.json`` (a JSON list of ``{"name", "description", "parameters"}``) answers
 ``{"tool": name, "args": {...}}``; ``--fail-on`` makes a tool return an error result,
 ``--slow-on`` makes it sleep 60 s, ``--die-on`` makes the process exit, ``--duplicate`` lists
-the first tool twice and ``--hang-start`` never answers the handshake. Standard library + mcp.
+the first tool twice and ``--hang-start`` never answers the handshake. With ``--swap-tools``,
+once the file ``--swap-when`` exists, the server lists the tools of ``--swap-tools`` instead,
+answers calls of the others with an error result, and sends ``notifications/tools/list_changed``
+(to the client that listed its tools). Standard library + mcp.
 """
 
 from __future__ import annotations
@@ -20,8 +23,22 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from mcp.server.lowlevel.server import Server
+from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
+
+
+def read_tools(path: str) -> list[types.Tool]:
+    """The tools of a tools file (a JSON list of ``{"name", "description", "parameters"}``)."""
+    with open(path, encoding="utf-8") as fh:
+        specs = json.load(fh)
+    return [
+        types.Tool(
+            name=s["name"],
+            description=s.get("description", ""),
+            input_schema=s.get("parameters") or {"type": "object", "properties": {}},
+        )
+        for s in specs
+    ]
 
 
 def main() -> None:
@@ -32,27 +49,37 @@ def main() -> None:
     parser.add_argument("--slow-on", default="")
     parser.add_argument("--die-on", default="")
     parser.add_argument("--hang-start", action="store_true")
+    parser.add_argument("--swap-tools", default="")
+    parser.add_argument("--swap-when", default="")
     args = parser.parse_args()
-    with open(args.tools, encoding="utf-8") as fh:
-        specs = json.load(fh)
-    tools = [
-        types.Tool(
-            name=s["name"],
-            description=s.get("description", ""),
-            input_schema=s.get("parameters") or {"type": "object", "properties": {}},
-        )
-        for s in specs
-    ]
+    tools = read_tools(args.tools)
     if args.duplicate:
         tools.append(tools[0])
     if args.hang_start:
         time.sleep(3600)
 
+    listers: list[Any] = []  # the sessions that listed the tools (to notify of a change)
+
     async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        if ctx.session not in listers:
+            listers.append(ctx.session)
         return types.ListToolsResult(tools=tools)
+
+    async def swap_when_asked() -> None:
+        nonlocal tools
+        while not os.path.exists(args.swap_when):
+            await anyio.sleep(0.02)
+        tools = read_tools(args.swap_tools)
+        for session in listers:
+            await session.send_tool_list_changed()
 
     async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         name = params.name
+        if args.swap_tools and name not in {t.name for t in tools}:
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=f"no tool {name} upstream")],
+                is_error=True,
+            )
         if name == args.die_on:
             os._exit(3)
         if name == args.slow_on:
@@ -68,8 +95,12 @@ def main() -> None:
     server = Server("test-upstream", on_list_tools=on_list_tools, on_call_tool=on_call_tool)
 
     async def run() -> None:
-        async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+        options = server.create_initialization_options(NotificationOptions(tools_changed=True))
+        async with stdio_server() as (read, write), anyio.create_task_group() as tg:
+            if args.swap_tools:
+                tg.start_soon(swap_when_asked)
+            await server.run(read, write, options)
+            tg.cancel_scope.cancel()
 
     anyio.run(run)
 

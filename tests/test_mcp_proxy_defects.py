@@ -25,9 +25,11 @@ pytest.importorskip("mcp")
 import anyio
 import mcp_types as types
 from mcp import ClientSession
+from mcp.shared.exceptions import MCPError
 from mcp.shared.memory import create_client_server_memory_streams
 
 from dtdr_agents.retrievers import make_retriever
+from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.types import Demonstration
 from mcp_dtdr.proxy import ProxyConfig, serve_proxy
 
@@ -48,6 +50,10 @@ DEMOS = [
     Demonstration("email Bob the file", ("read_file", "send_email")),
     Demonstration("note the translated text", ("translate_text", "create_note")),
     Demonstration("search the web and note it", ("web_search", "create_note")),
+]
+SWAPPED = [  # send_email dropped, book_flight added (unknown to the fitted retriever)
+    *(t for t in TOOLS if t["name"] != "send_email"),
+    {"name": "book_flight", "description": "Book a flight ticket to an airport city."},
 ]
 
 
@@ -70,12 +76,16 @@ class Client:
 
 @asynccontextmanager
 async def proxy(
-    tmp_path: Path, *upstream_flags: str, k: int = 2, always: Sequence[str] = ()
+    tmp_path: Path,
+    *upstream_flags: str,
+    k: int = 2,
+    always: Sequence[str] = (),
+    retriever: ToolRetriever | None = None,
 ) -> AsyncIterator[Client]:
     """A client of the proxy (in this process) over the real upstream server."""
     tools_file = tmp_path / "tools.json"
     tools_file.write_text(json.dumps(TOOLS), encoding="utf-8")
-    retriever = make_retriever("bm25").fit(DEMOS, TOOLS)
+    retriever = retriever or make_retriever("bm25").fit(DEMOS, TOOLS)
     argv = [sys.executable, str(UPSTREAM), "--tools", str(tools_file), *upstream_flags]
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "PYTHONPATH")}
     config = ProxyConfig(k=k, timeout=BOUND, always_include=tuple(always))
@@ -133,3 +143,45 @@ async def _concurrent_lists(tmp_path: Path, tasks: list[str]) -> None:
             partial_lists = [names for names in lists if tuple(names) not in complete]
             assert len(lists) == ROUNDS * (48 - 4)
             assert partial_lists == []
+
+
+async def test_an_upstream_tools_list_change_is_followed(tmp_path: Path) -> None:
+    """A tool the upstream drops is no longer listed or callable; a tool it adds is ranked."""
+    swapped = tmp_path / "swapped.json"
+    swapped.write_text(json.dumps(SWAPPED), encoding="utf-8")
+    trigger = tmp_path / "swap-now"
+    flags = ("--swap-tools", str(swapped), "--swap-when", str(trigger))
+    # the hybrid ranks tools added after fit by their description's similarity to the query
+    retriever = make_retriever("hybrid", encoder="tfidf").fit(DEMOS, TOOLS)
+    always = ["send_email", "get_weather"]  # an always-included tool is dropped too
+    with anyio.fail_after(BOUND):
+        async with proxy(tmp_path, *flags, k=2, always=always, retriever=retriever) as c:
+            await c.session.call_tool("set_task", {"request": "email Bob the file"})
+            before = await c.names()
+            assert "send_email" in before
+            sent = await c.session.call_tool("send_email", {"to": "bob"})
+            assert not sent.is_error
+            c.changed = anyio.Event()
+            changes = c.changes
+
+            trigger.touch()  # the upstream drops send_email, adds book_flight, notifies
+            with anyio.move_on_after(15):
+                await c.changed.wait()
+            assert c.changes > changes, "the proxy did not forward the upstream's change"
+            after = await c.names()
+            assert "send_email" not in after
+            assert after[:2] == META and "get_weather" in after
+            with pytest.raises(MCPError, match="'send_email' is unknown"):
+                await c.session.call_tool("send_email", {"to": "bob"})
+
+            query = {"query": "book a flight ticket to an airport city"}
+            found = await c.session.call_tool("search_tools", query)
+            part = found.content[0]
+            assert isinstance(part, types.TextContent)
+            assert "book_flight" in part.text  # ranked by the prior for tools added after fit
+            assert "book_flight" in await c.names()
+            booked = await c.session.call_tool("book_flight", {"to": "Oslo"})
+            assert not booked.is_error
+            part = booked.content[0]
+            assert isinstance(part, types.TextContent)
+            assert json.loads(part.text) == {"tool": "book_flight", "args": {"to": "Oslo"}}

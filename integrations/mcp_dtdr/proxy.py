@@ -13,7 +13,13 @@ exposed set changed, the proxy sends ``notifications/tools/list_changed``. Calls
 session does not expose are refused with an MCP error; upstream errors pass through. An
 upstream that fails to start, dies, answers too slowly or lists duplicate tool names is
 reported to the client as an MCP error naming the cause; every upstream request has a
-time-out.
+time-out. When the upstream sends ``notifications/tools/list_changed``, the proxy lists its
+tools again, retargets the retriever (`ToolRetriever.set_tools`) and the session, and tells
+the client if its list changed; dropped tools are no longer listed or callable.
+
+A session's state is one immutable snapshot replaced whole by each change, so that a
+``tools/list`` answered while ``set_task`` runs (the SDK runs requests concurrently) is
+the list from before or after the change.
 
 The proxy's own tools keep their names (``set_task`` and ``search_tools`` are its documented
 interface: its instructions and error messages name them). An upstream tool with one of those
@@ -33,7 +39,7 @@ import contextlib
 import dataclasses
 import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,15 +150,20 @@ def listed_names(upstream_names: Sequence[str]) -> dict[str, str]:
     `NameClashWarning` naming both names; every other tool keeps its name.
     """
     renamed = _renamed(upstream_names)
+    _warn_renamed(renamed)
+    return {name: renamed.get(name, name) for name in upstream_names}
+
+
+def _warn_renamed(renamed: Mapping[str, str]) -> None:
+    """A `NameClashWarning` per renamed upstream tool, naming both names."""
     for name, new in renamed.items():
         warnings.warn(
             f"dtdr-agents mcp-proxy: the upstream tool {name!r} has the name of the proxy's own "
             f"tool {name!r}; it is listed to clients as {new!r}, and calls of {new!r} are "
             f"forwarded to the upstream's {name!r}",
             NameClashWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
-    return {name: renamed.get(name, name) for name in upstream_names}
 
 
 class UpstreamError(DTDRError, RuntimeError):
@@ -220,6 +231,14 @@ class Upstream:
         self.session: ClientSession | None = None
         self.tools: list[types.Tool] = []
         self.error: str | None = None
+        # one pending "the upstream's tools changed" at most: changes coalesce until refreshed
+        self._changed, self.changes = anyio.create_memory_object_stream[None](1)
+
+    async def _on_message(self, message: Any) -> None:
+        """Note the upstream's ``notifications/tools/list_changed`` (never blocks)."""
+        if isinstance(message, types.ToolListChangedNotification):
+            with contextlib.suppress(anyio.WouldBlock):
+                self._changed.send_nowait(None)
 
     @property
     def name(self) -> str:
@@ -252,7 +271,12 @@ class Upstream:
                 stdio_client(params, errlog=errlog or sys.stderr)
             )
             session = await stack.enter_async_context(
-                ClientSession(read, write, read_timeout_seconds=timeout)
+                ClientSession(
+                    read,
+                    write,
+                    read_timeout_seconds=timeout,
+                    message_handler=upstream._on_message,
+                )
             )
             with anyio.fail_after(timeout):
                 await session.initialize()
@@ -299,6 +323,35 @@ class Upstream:
         if not tools:
             raise UpstreamError(f"the upstream MCP server {self.name!r} lists no tools")
         return tools
+
+    async def refresh(self) -> list[types.Tool]:
+        """List the upstream's tools again (after its ``tools/list_changed``).
+
+        Raises:
+            MCPError: The upstream is unusable, or the new list is invalid (a name listed
+                twice, no tools), too slow or cut off; the upstream is then marked unusable
+                with the cause (`error`), as when it fails at start-up.
+        """
+        session = self.check()
+        try:
+            tools = await self._list(session)
+        except UpstreamError as exc:
+            self.error = str(exc)
+        except TimeoutError:
+            self.error = (
+                f"the upstream MCP server {self.name!r} did not answer tools/list within "
+                f"{self.timeout:g} s after it said its tools changed"
+            )
+        except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as exc:
+            self.error = (
+                f"the upstream MCP server {self.name!r} failed to list its tools after it said "
+                f"they changed: {type(exc).__name__}: {exc}"
+            )
+        else:
+            self.tools = tools
+            return tools
+        self.session = None
+        raise _mcp_error(f"dtdr-agents mcp-proxy: {self.error}")
 
     def check(self) -> ClientSession:
         """The session; raises an MCP error saying why the upstream is unusable."""
@@ -501,6 +554,27 @@ class ProxySession:
         state = dataclasses.replace(state, history=(*state.history, name))
         self.state = self._ranked(state, state.step)
 
+    def set_catalogue(
+        self, selector: StepSelector, upstream_tools: Mapping[str, types.Tool]
+    ) -> None:
+        """Switch to the upstream's new tools and re-rank the current task.
+
+        Tools that left are no longer exposed or callable (nor found by the last search);
+        the history keeps their calls. Warns about newly renamed tools (`listed_names`).
+        """
+        state = self.state
+        renamed = _renamed(list(upstream_tools))
+        _warn_renamed(
+            {n: new for n, new in renamed.items() if state.catalogue.listed.get(n) != new}
+        )
+        listed = {name: renamed.get(name, name) for name in upstream_tools}
+        cat = _Catalogue(
+            selector, dict(upstream_tools), listed, {new: n for n, new in listed.items()}
+        )
+        found = tuple(n for n in state.found if n in upstream_tools)
+        # the previous step may bind tools that left: the binding starts afresh
+        self.state = self._ranked(dataclasses.replace(state, catalogue=cat, found=found), None)
+
     def callable_names(self) -> tuple[str, ...]:
         """The listed names of the exposed upstream tools (what clients call them)."""
         state = self.state
@@ -523,13 +597,54 @@ def _text(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
 
+def _selector(
+    toolset: Toolset, retriever: ToolRetriever, config: ProxyConfig, *, strict: bool
+) -> StepSelector:
+    """The step selector over the upstream's `toolset`; retargets `retriever` to it.
+
+    `strict`: an ``always_include`` name the upstream does not list is an error (at start-up);
+    otherwise (after the upstream's tools changed) it is left out until the tool comes back.
+    """
+    renamed = {new: n for n, new in _renamed(list(toolset.names)).items()}
+    always = tuple(dict.fromkeys(renamed.get(n, n) for n in config.always_include))
+    missing = [n for n in always if not toolset.has(n)]
+    if missing and strict:
+        raise UpstreamError(f"--always-include names tools the upstream does not list: {missing}")
+    if set(fitted_tools(retriever).names) != set(toolset.names):
+        retriever.set_tools(toolset)  # tools added after fit are ranked by a prior
+    return StepSelector(
+        toolset,
+        retriever,
+        policy=SelectionPolicy(
+            k=config.k,
+            threshold=0.0,
+            always_include=tuple(n for n in always if toolset.has(n)),
+        ),
+        # the history may name tools the upstream dropped since: they are ignored
+        binding=BindingPolicy(cache=config.cache, ignore_unknown_history=True),
+    )
+
+
 def build_server(upstream: Upstream, retriever: ToolRetriever | None, config: ProxyConfig) -> Any:
     """The MCP `Server` of the proxy over a started `upstream` and a retriever.
 
     With `retriever` None, a zero-shot `dtdr_agents.runtime.DEFAULT_RETRIEVER` is fitted on
     the upstream's tools with no demonstrations. When the upstream failed (or the retriever
     cannot rank its tools), the server still answers: ``tools/list`` and ``tools/call``
-    return an MCP error saying why.
+    return an MCP error saying why. The server does not follow the upstream's tool changes;
+    `serve_proxy` does.
+    """
+    return _build(upstream, retriever, config)[0]
+
+
+def _build(
+    upstream: Upstream, retriever: ToolRetriever | None, config: ProxyConfig
+) -> tuple[Any, Callable[[], Coroutine[Any, Any, None]] | None]:
+    """The server (see `build_server`) and the task that follows the upstream's tool changes.
+
+    The task (None when the upstream is unusable) waits for each upstream
+    ``notifications/tools/list_changed``, lists the upstream's tools again, retargets the
+    retriever and the session, and tells the client when its list changed.
     """
     session: ProxySession | None = None
     if upstream.session is not None:
@@ -537,23 +652,8 @@ def build_server(upstream: Upstream, retriever: ToolRetriever | None, config: Pr
             toolset = Toolset([_core_tool(t) for t in upstream.tools])
             if retriever is None:
                 retriever = make_retriever(DEFAULT_RETRIEVER).fit([], toolset)
-            renamed = {new: n for n, new in _renamed([t.name for t in upstream.tools]).items()}
-            always = tuple(dict.fromkeys(renamed.get(n, n) for n in config.always_include))
-            missing = [n for n in always if not toolset.has(n)]
-            if missing:
-                raise UpstreamError(
-                    f"--always-include names tools the upstream does not list: {missing}"
-                )
-            if set(fitted_tools(retriever).names) != set(toolset.names):
-                retriever.set_tools(toolset)
-            selector = StepSelector(
-                toolset,
-                retriever,
-                policy=SelectionPolicy(k=config.k, threshold=0.0, always_include=always),
-                binding=BindingPolicy(cache=config.cache),
-            )
             session = ProxySession(
-                selector,
+                _selector(toolset, retriever, config, strict=True),
                 {t.name: t for t in upstream.tools},
                 search_k=config.search_k or config.k,
             )
@@ -562,21 +662,31 @@ def build_server(upstream: Upstream, retriever: ToolRetriever | None, config: Pr
             upstream.error = str(exc)
 
     bus = InMemorySubscriptionBus()
+    clients: list[Any] = []  # the connection's server session, once it sent a request
 
-    def live() -> ProxySession:
+    def live(ctx: ServerRequestContext[Any]) -> ProxySession:
+        if not any(c is ctx.session for c in clients):
+            clients.append(ctx.session)
         upstream.check()
         assert session is not None
         return session
 
+    async def notify(ctx_session: Any | None) -> None:
+        """Tell the clients that the list of tools changed."""
+        for client in [ctx_session] if ctx_session is not None else clients:
+            with contextlib.suppress(Exception):  # a client that cannot take it still polls
+                await client.send_tool_list_changed()  # handshake-era clients
+        await bus.publish(ToolsListChanged())  # 2026-07-28 clients' listen streams
+
     async def on_list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=live().list_tools())
+        return types.ListToolsResult(tools=live(ctx).list_tools())
 
     async def on_call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        sess = live()
+        sess = live(ctx)
         args = dict(params.arguments or {})
         if params.name in (SET_TASK, SEARCH_TOOLS):
             change, arg = (
@@ -603,12 +713,39 @@ def build_server(upstream: Upstream, retriever: ToolRetriever | None, config: Pr
                 await anyio.to_thread.run_sync(sess.record_call, name)
                 after = sess.exposed()
         if after != before:
-            with contextlib.suppress(Exception):  # a client that cannot take it still polls
-                await ctx.session.send_tool_list_changed()  # handshake-era clients
-            await bus.publish(ToolsListChanged())  # 2026-07-28 clients' listen streams
+            await notify(ctx.session)
         return result
 
-    return Server(
+    def retarget(toolset: Toolset, tools: Sequence[types.Tool]) -> None:
+        """Rank and expose the upstream's new `tools` (in a worker thread, under the lock)."""
+        assert session is not None and retriever is not None
+        selector = _selector(toolset, retriever, config, strict=False)
+        session.set_catalogue(selector, {t.name: t for t in tools})
+
+    async def follow_upstream() -> None:
+        assert session is not None
+        async for _ in upstream.changes:
+            try:
+                tools = await upstream.refresh()
+            except MCPError:  # the upstream is now unusable: every request says why
+                await notify(None)
+                return
+            try:
+                toolset = Toolset([_core_tool(t) for t in tools])
+                async with session.lock:  # no ranking runs while the retriever is retargeted
+                    before = session.list_tools()
+
+                    await anyio.to_thread.run_sync(retarget, toolset, tools)
+                    after = session.list_tools()
+            except DTDRError as exc:
+                upstream.session = None
+                upstream.error = f"the upstream's new list of tools cannot be used: {exc}"
+                await notify(None)
+                return
+            if after != before:
+                await notify(None)
+
+    server = Server(
         "dtdr-agents-mcp-proxy",
         instructions=(
             f"Call {SET_TASK} with the user's request first. The tools offered change after "
@@ -618,6 +755,7 @@ def build_server(upstream: Upstream, retriever: ToolRetriever | None, config: Pr
         on_call_tool=on_call_tool,
         on_subscriptions_listen=ListenHandler(bus),
     )
+    return server, follow_upstream if session is not None else None
 
 
 def _upstream_argv(argv: Any) -> tuple[str, ...]:
@@ -656,9 +794,13 @@ async def serve_proxy(
     argv = _upstream_argv(upstream_argv)
     async with AsyncExitStack() as stack:
         upstream = await Upstream.start(stack, argv, timeout=config.timeout, env=env)
-        server = build_server(upstream, retriever, config)
+        server, follow_upstream = _build(upstream, retriever, config)
         options = server.create_initialization_options(NotificationOptions(tools_changed=True))
-        await server.run(read_stream, write_stream, options)
+        async with anyio.create_task_group() as tg:
+            if follow_upstream is not None:
+                tg.start_soon(follow_upstream)
+            await server.run(read_stream, write_stream, options)
+            tg.cancel_scope.cancel()
 
 
 def run_proxy(
