@@ -13,24 +13,35 @@ message, run in parallel) are independent, so `record` takes the calls grouped b
 and writes `edges` from every call of a step to every call of the next step: calls of one step
 may then come in any order, while the order between steps is kept. When every step has one
 call the order is strict and no `edges` are written (the JSONL meaning of a missing ``edges``).
+
+A recording can be read while it is being written (`load_recording`): a last line without a
+trailing newline that does not parse is a record being written; it is skipped with a
+`PartialLineWarning` and a problem. Any other bad line is an error naming the file and line.
 """
 
 from __future__ import annotations
 
+import codecs
+import dataclasses
 import itertools
 import json
 import os
 import threading
 import uuid
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from dtdr_agents.datasets.base import Dataset
-from dtdr_agents.errors import InvalidDemonstrationError
+from dtdr_agents.errors import DatasetFormatError, InvalidDemonstrationError
 from dtdr_agents.types import Demonstration, Toolset
 
-__all__ = ["DemonstrationRecorder", "plan_from_steps"]
+__all__ = ["DemonstrationRecorder", "PartialLineWarning", "load_recording", "plan_from_steps"]
+
+
+class PartialLineWarning(UserWarning):
+    """A recording's last line was being written (no trailing newline, not JSON); skipped."""
 
 
 def plan_from_steps(
@@ -79,6 +90,71 @@ def _append_line(path: Path, data: bytes) -> None:
             view = view[written:]
     finally:
         os.close(fd)
+
+
+def _partial_last_line(path: Path) -> int | None:
+    """The number of the last line of `path` if it is partial, else None.
+
+    Partial: the file does not end with a newline and the text after the last newline is
+    not a complete JSON value (or not complete UTF-8).
+    """
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return None
+    start = data.rfind(b"\n") + 1
+    tail = data[start:]
+    if start == 0 and tail.startswith(codecs.BOM_UTF8):
+        tail = tail[len(codecs.BOM_UTF8) :]
+    if not tail.strip():
+        return None
+    try:
+        json.loads(tail.decode("utf-8"))
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError
+        return data.count(b"\n", 0, start) + 1
+    return None
+
+
+def load_recording(path: str | Path, tools_path: str | Path | None = None) -> Dataset:
+    """Read a recording (possibly still being written) as a `Dataset`, with `load_jsonl`.
+
+    A last line without a trailing newline that does not parse is a record being written:
+    it is skipped, with a `PartialLineWarning` and a `Problem` naming the file and line.
+
+    Args:
+        path: The JSONL file a `DemonstrationRecorder` appends to.
+        tools_path: The tools file (see `load_jsonl`).
+
+    Raises:
+        DatasetFormatError: Any other malformed line (in the middle, or last but ended by a
+            newline); the message names the file and line.
+        DatasetNotFoundError: A file is missing.
+    """
+    from dtdr_agents.datasets.jsonl import load_jsonl
+
+    path = Path(path)
+    last = _partial_last_line(path) if path.is_file() else None
+    try:
+        return load_jsonl(path, tools_path)
+    except DatasetFormatError as exc:
+        if last is None or exc.path != str(path) or exc.line != last:
+            raise
+        error = exc
+    # every line before the partial one is valid (a strict read stopped at it): read again,
+    # skipping it; lines appended since then are read too
+    data = load_jsonl(path, tools_path, skip_bad=True)
+    where = f"{path}:{last}"
+    torn = [p for p in data.problems if p.where == where]
+    if not torn or not ("invalid JSON" in torn[0].message or "not UTF-8" in torn[0].message):
+        raise error  # the line was completed meanwhile, and is malformed for another reason
+    note = (
+        "skipped: the last line has no trailing newline and is not complete (it is being "
+        f"written): {torn[0].message.removeprefix('skipped: ')}"
+    )
+    warnings.warn(f"{where}: {note}", PartialLineWarning, stacklevel=2)
+    problems = tuple(
+        dataclasses.replace(p, message=note) if p is torn[0] else p for p in data.problems
+    )
+    return dataclasses.replace(data, problems=problems)
 
 
 class DemonstrationRecorder:
@@ -218,17 +294,18 @@ class DemonstrationRecorder:
         return len(self.recorded)
 
     def load(self, tools_path: str | Path | None = None) -> Dataset:
-        """Read the file back as a `Dataset` (with `load_jsonl`; see `dtdr-agents fit`).
+        """Read the file back as a `Dataset` (with `load_recording`; see `dtdr-agents fit`).
+
+        A partial last line (another process is writing it) is skipped with a
+        `PartialLineWarning`; any other malformed line raises `DatasetFormatError`.
 
         Args:
             tools_path: The tools file; default: this recorder's catalogue if it has one
                 (written next to the JSONL file as ``<name>.tools.json``), else none.
         """
-        from dtdr_agents.datasets.jsonl import load_jsonl
-
         if tools_path is None and self.tools is not None:
             tools_path = self.write_tools(self.path.with_suffix(".tools.json"), self.tools)
-        return load_jsonl(self.path, tools_path)
+        return load_recording(self.path, tools_path)
 
     @staticmethod
     def write_tools(path: str | Path, tools: Toolset | Iterable[Any]) -> Path:
