@@ -185,3 +185,25 @@ async def test_an_upstream_tools_list_change_is_followed(tmp_path: Path) -> None
             part = booked.content[0]
             assert isinstance(part, types.TextContent)
             assert json.loads(part.text) == {"tool": "book_flight", "args": {"to": "Oslo"}}
+
+
+async def test_an_invalid_new_upstream_list_is_reported(tmp_path: Path) -> None:
+    """After the change the upstream lists a name twice: every request says so."""
+    swapped = tmp_path / "swapped.json"
+    swapped.write_text(json.dumps([*TOOLS, TOOLS[0]]), encoding="utf-8")
+    trigger = tmp_path / "swap-now"
+    flags = ("--swap-tools", str(swapped), "--swap-when", str(trigger))
+    with anyio.fail_after(BOUND):
+        async with proxy(tmp_path, *flags) as c:
+            await c.session.call_tool("set_task", {"request": "weather in Oslo"})
+            assert len(await c.names()) > 2
+            c.changed = anyio.Event()
+            trigger.touch()
+            with anyio.move_on_after(15):
+                await c.changed.wait()
+            assert c.changed.is_set()
+            twice = "lists the tool name 'get_weather' twice"
+            with pytest.raises(MCPError, match=twice):
+                await c.names()
+            with pytest.raises(MCPError, match=twice):
+                await c.session.call_tool("set_task", {"request": "weather in Rome"})
