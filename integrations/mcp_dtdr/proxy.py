@@ -513,6 +513,10 @@ class ProxySession:
         """Upstream tool names the session may call, in the order they are listed."""
         return self.state.exposed()
 
+    def rerank(self) -> None:
+        """Select the tools for the next step (needs a request; hold `lock`)."""
+        self.state = self._ranked(self.state, self.state.step)
+
     def _ranked(self, state: _State, previous: StepRecord | None) -> _State:
         """`state` with the step selected for its request and history (needs a request)."""
         if state.request is None:
