@@ -12,7 +12,7 @@ from dtdr_agents.retrievers.baselines import BM25Retriever
 from dtdr_agents.retrievers.dtdr_c import DTDRC
 from dtdr_agents.retrievers.hybrid import FEATURES, HybridRetriever
 from dtdr_agents.retrievers.linear import DTDRL
-from dtdr_agents.types import END_OF_PLAN, Demonstration, Toolset
+from dtdr_agents.types import END_OF_PLAN, Demonstration, Tool, Toolset
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +110,34 @@ def test_zero_demonstrations_is_pure_zero_shot_and_demonstrations_help(
     learned = HybridRetriever(encoder=encoder, n_folds=2)
     score_learned = fit_and_evaluate(learned, train[:120], test[:40], demo_data.tools)
     assert score_learned.metrics["mrr"] > score_zero
+
+
+def test_zero_demonstrations_follow_the_history_and_stop_on_the_clauses(encoder, demo_data):
+    """With nothing to cross-fit the hybrid still uses the calls so far: a tool already called
+    drops, the open sub-goal's tool rises, and end-of-plan comes from calls against clauses."""
+    from dtdr_agents.stop_rule import zero_shot_stop_probability
+
+    tools = Toolset(
+        [
+            Tool("image_caption", "Generate a text caption describing an image"),
+            Tool("translate_text", "Translate text from one language into another language"),
+            Tool("text_to_speech", "Read a text aloud as synthesized speech audio"),
+            Tool("weather_lookup", "Current weather forecast for a city"),
+        ]
+    )
+    query = "Describe the image photo.jpg in a caption, then translate the caption into French"
+    zero = HybridRetriever(encoder=encoder).fit([], tools)
+    first = zero.rank(query, ())
+    assert first.top(1)[0].name == "image_caption"
+    assert first.rank_of(END_OF_PLAN) > 1
+    after = zero.rank(query, ("image_caption",))
+    assert after.top(1)[0].name == "translate_text"  # the open sub-goal, not the same tool again
+    assert after.rank_of("image_caption") > 1
+    assert after.explanation["zero_shot"].startswith("0 demonstrations")
+    done = zero.rank(query, ("image_caption", "translate_text"))
+    assert done.top(1)[0].name == END_OF_PLAN  # both clauses have a call
+    assert done.probability(END_OF_PLAN) == pytest.approx(zero_shot_stop_probability(query, 2))
+    assert "open_sub_goal_rank=" in after.why("translate_text")
 
 
 def test_bad_parameters_are_named(encoder, demo_data, demo_split):

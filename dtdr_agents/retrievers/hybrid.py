@@ -102,6 +102,9 @@ End-of-plan is unlikely before the first call and likelier as calls accumulate. 
 needs no score scale, so it does not favour one of the two on catalogues where the other is
 the better zero-shot ranker (BM25 on Seal-Tools' short requests, dense on TaskBench-HF)."""
 
+MIN_CROSS_FIT = 2
+"""Demonstrations the combiner needs (two folds); with fewer the hybrid scores zero-shot."""
+
 RIDGE = 0.1
 """A plain L2 on the weights added to the combiner's pull on the scores (relative to it).
 
@@ -708,6 +711,8 @@ class HybridRetriever(ToolRetriever):
 
     # ------------------------------------------------------------------------------ scoring
     def _score(self, query: str, history: tuple[str, ...]) -> Scores:
+        if self.cv_.get("n_demos", 0) < MIN_CROSS_FIT:
+            return self._zero_shot_score(query, history)
         labels, x = self._step_features(query, history)
         s = x @ self.weights_
         p = softmax(s)
@@ -730,6 +735,81 @@ class HybridRetriever(ToolRetriever):
         return Scores(
             out, explanation, tool_why=self._contribution_why(labels, x), replaces=("top_features",)
         )
+
+    def _zero_shot_score(self, query: str, history: tuple[str, ...]) -> Scores:
+        """Scores with too few demonstrations to cross-fit: three zero-shot rankers fused.
+
+        The request's clauses are its sub-goals; each call made covers the open clause its
+        tool matches best. Each candidate tool gets ``-log(1 + rank)`` from BM25, from dense
+        similarity to the request and from its similarity to the open sub-goals, summed. A
+        tool already called has spent its relevance to the request: its BM25 and dense terms
+        are the last candidate's, so only an open sub-goal can bring it back. End-of-plan gets
+        the shared zero-shot stop probability (calls made against clauses stated,
+        `dtdr_agents.stop_rule.zero_shot_stop_probability`), never a base rate.
+        """
+        from dtdr_agents.stop_rule import zero_shot_stop_probability
+
+        labels, x = self._step_features(query, history)
+        cands = labels[:-1]  # the last label is end-of-plan
+        n_c = len(cands)
+        open_sim = self._open_sub_goals(self._query_state(query), history, cands)
+        open_rank = np.empty(n_c)
+        open_rank[np.argsort(-open_sim, kind="stable")] = np.arange(n_c)
+        request = x[:n_c, _F["bm25_rank"]] + x[:n_c, _F["dense_rank"]]
+        called = x[:n_c, _F["in_history"]] > 0
+        request[called] = -2.0 * np.log1p(n_c)
+        fused = request - np.log1p(open_rank)
+        end = zero_shot_stop_probability(query, len(history))
+        n_labels = len(self.labels_)
+        n_rest = n_labels - len(labels)
+        mass = (1.0 - end) * (1.0 - REST_MASS if n_rest else 1.0)
+        out = np.full(n_labels, (1.0 - end) * REST_MASS / n_rest if n_rest else 0.0)
+        out[cands] = softmax(fused) * mass
+        out[labels[-1]] = end
+        rows = {int(label): r for r, label in enumerate(cands)}
+        end_label = int(labels[-1])
+
+        def why(i: int) -> str:
+            if i == end_label:
+                return f"zero-shot stop rule p={end:.3f}"
+            r = rows.get(i)
+            if r is None:
+                return "not among this step's candidates"
+            spent = ", already called" if called[r] else ""
+            return (
+                f"bm25_rank={x[r, _F['bm25_rank']]:+.2f}, "
+                f"dense_rank={x[r, _F['dense_rank']]:+.2f}, "
+                f"open_sub_goal_rank={int(open_rank[r]) + 1}{spent}"
+            )
+
+        explanation = {
+            "zero_shot": f"{self.cv_.get('n_demos', 0)} demonstrations: nothing to cross-fit",
+            "stop": f"zero-shot stop rule p={end:.3f}",
+            "candidates": len(labels),
+        }
+        return Scores(out, explanation, tool_why=why)
+
+    def _open_sub_goals(
+        self, qs: _QueryState, history: tuple[str, ...], cands: np.ndarray
+    ) -> np.ndarray:
+        """Each candidate's best similarity to a clause no call has covered yet (0 if none).
+
+        A call covers the open clause its tool matches best; with every clause covered, none
+        is open. Without clauses (``clauses=False``) the request is the one sub-goal.
+        """
+        assert self.tool_embeddings_ is not None
+        goals = qs.clauses if qs.clauses is not None else qs.qvec[None, :]
+        open_ = np.ones(len(goals), dtype=bool)
+        for h in history:
+            row = self._label_index.get(h, -1)
+            if not 0 <= row < len(self.fit_tools_) or not open_.any():
+                continue
+            sims = goals @ self.tool_embeddings_[row]
+            sims[~open_] = -np.inf
+            open_[int(np.argmax(sims))] = False
+        if not open_.any():
+            return np.zeros(len(cands))
+        return np.asarray((self.tool_embeddings_[cands] @ goals[open_].T).max(axis=1))
 
     def _contribution_why(self, labels: np.ndarray, x: np.ndarray) -> Callable[[int], str]:
         """`Scores.tool_why`: a label's three largest feature contributions (feature x weight).
