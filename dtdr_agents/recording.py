@@ -21,8 +21,6 @@ trailing newline that does not parse is a record being written; it is skipped wi
 
 from __future__ import annotations
 
-import codecs
-import dataclasses
 import itertools
 import json
 import os
@@ -33,8 +31,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from dtdr_agents.datasets._io import BEING_WRITTEN
 from dtdr_agents.datasets.base import Dataset
-from dtdr_agents.errors import DatasetFormatError, InvalidDemonstrationError
+from dtdr_agents.errors import InvalidDemonstrationError
 from dtdr_agents.types import Demonstration, Toolset
 
 __all__ = ["DemonstrationRecorder", "PartialLineWarning", "load_recording", "plan_from_steps"]
@@ -92,33 +91,12 @@ def _append_line(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def _partial_last_line(path: Path) -> int | None:
-    """The number of the last line of `path` if it is partial, else None.
-
-    Partial: the file does not end with a newline and the text after the last newline is
-    not a complete JSON value (or not complete UTF-8).
-    """
-    data = path.read_bytes()
-    if not data or data.endswith(b"\n"):
-        return None
-    start = data.rfind(b"\n") + 1
-    tail = data[start:]
-    if start == 0 and tail.startswith(codecs.BOM_UTF8):
-        tail = tail[len(codecs.BOM_UTF8) :]
-    if not tail.strip():
-        return None
-    try:
-        json.loads(tail.decode("utf-8"))
-    except ValueError:  # JSONDecodeError and UnicodeDecodeError
-        return data.count(b"\n", 0, start) + 1
-    return None
-
-
 def load_recording(path: str | Path, tools_path: str | Path | None = None) -> Dataset:
     """Read a recording (possibly still being written) as a `Dataset`, with `load_jsonl`.
 
     A last line without a trailing newline that does not parse is a record being written:
-    it is skipped, with a `PartialLineWarning` and a `Problem` naming the file and line.
+    the JSONL reader skips it with a `Problem` naming the file and line (`iter_jsonl`), and
+    this adds a `PartialLineWarning`.
 
     Args:
         path: The JSONL file a `DemonstrationRecorder` appends to.
@@ -131,30 +109,11 @@ def load_recording(path: str | Path, tools_path: str | Path | None = None) -> Da
     """
     from dtdr_agents.datasets.jsonl import load_jsonl
 
-    path = Path(path)
-    last = _partial_last_line(path) if path.is_file() else None
-    try:
-        return load_jsonl(path, tools_path)
-    except DatasetFormatError as exc:
-        if last is None or exc.path != str(path) or exc.line != last:
-            raise
-        error = exc
-    # every line before the partial one is valid (a strict read stopped at it): read again,
-    # skipping it; lines appended since then are read too
-    data = load_jsonl(path, tools_path, skip_bad=True)
-    where = f"{path}:{last}"
-    torn = [p for p in data.problems if p.where == where]
-    if not torn or not ("invalid JSON" in torn[0].message or "not UTF-8" in torn[0].message):
-        raise error  # the line was completed meanwhile, and is malformed for another reason
-    note = (
-        "skipped: the last line has no trailing newline and is not complete (it is being "
-        f"written): {torn[0].message.removeprefix('skipped: ')}"
-    )
-    warnings.warn(f"{where}: {note}", PartialLineWarning, stacklevel=2)
-    problems = tuple(
-        dataclasses.replace(p, message=note) if p is torn[0] else p for p in data.problems
-    )
-    return dataclasses.replace(data, problems=problems)
+    data = load_jsonl(Path(path), tools_path)
+    for problem in data.problems:
+        if problem.message.endswith(BEING_WRITTEN):
+            warnings.warn(f"{problem.where}: {problem.message}", PartialLineWarning, stacklevel=2)
+    return data
 
 
 class DemonstrationRecorder:

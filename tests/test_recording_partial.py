@@ -85,3 +85,23 @@ def test_a_bad_last_line_ended_by_a_newline_is_still_an_error(tmp_path: Path) ->
     append(rec.path, '{"query": "broken"\n')  # complete (ends with a newline), not JSON
     with pytest.raises(DatasetFormatError, match=r"runs\.jsonl:3: invalid JSON"):
         rec.load(tools)
+
+
+def test_fit_on_a_live_recording_from_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`dtdr-agents fit` reads a recording that a running agent is appending to."""
+    from dtdr_agents import cli
+
+    rec, tools = recorder(tmp_path)
+    append(rec.path, '{"query": "note the wea')  # a writer is half-way through line 3
+    out = tmp_path / "model"
+    argv = ["fit", "--dataset", "jsonl", "--path", str(rec.path), "--tools", str(tools)]
+    assert cli.main([*argv, "--retriever", "bm25", "-o", str(out)]) == 0
+    assert (out / "manifest.json").is_file()
+    rec.path.write_text(
+        rec.path.read_text(encoding="utf-8").replace('{"query": "note the wea', '{"q\n'),
+        encoding="utf-8",
+    )  # a bad line ended by a newline is an error naming the file and line
+    assert cli.main([*argv, "--retriever", "bm25", "-o", str(tmp_path / "m2")]) == 2
+    assert "runs.jsonl:3" in capsys.readouterr().err

@@ -274,22 +274,31 @@ def read_json(path: Path) -> Any:
         raise DatasetFormatError(f"invalid JSON: {exc.msg}", str(path), exc.lineno) from None
 
 
+BEING_WRITTEN = "; the last line has no trailing newline: a record being written"
+"""How `iter_jsonl` ends the problem of a partial last line (a live recording's)."""
+
+
 def iter_jsonl(path: Path, report: Report) -> Iterator[tuple[int, Any]]:
     """Stream a JSON-lines file: yield ``(line_number, value)`` for every non-blank line.
 
     A line that is not valid JSON or not UTF-8 (e.g. a Latin-1 byte, or a line torn by a
-    killed writer) goes through `Report.malformed` (raise, or skip it). A leading UTF-8
-    byte-order mark is accepted.
+    killed writer) goes through `Report.malformed` (raise, or skip it), except the last line
+    when it has no trailing newline: that is a record still being written (a live recording),
+    skipped and reported. A leading UTF-8 byte-order mark is accepted.
     """
     with path.open("rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
             if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
                 raw = raw[len(codecs.BOM_UTF8) :]
+            torn = not raw.endswith(b"\n")  # only a last line can lack its newline
+            problem = report.skipped if torn else report.malformed
+            being_written = BEING_WRITTEN * torn
             try:
                 text = raw.decode("utf-8").strip()
             except UnicodeDecodeError as exc:
-                report.malformed(
-                    f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at column {exc.start + 1}",
+                problem(
+                    f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at column {exc.start + 1}"
+                    + being_written,
                     path,
                     lineno,
                 )
@@ -299,7 +308,9 @@ def iter_jsonl(path: Path, report: Report) -> Iterator[tuple[int, Any]]:
             try:
                 value = json.loads(text)
             except json.JSONDecodeError as exc:
-                report.malformed(f"invalid JSON: {exc.msg} (column {exc.colno})", path, lineno)
+                problem(
+                    f"invalid JSON: {exc.msg} (column {exc.colno}){being_written}", path, lineno
+                )
                 continue
             yield lineno, value
 
