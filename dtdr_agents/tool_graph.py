@@ -372,6 +372,18 @@ def _given_edges(graph: Any) -> Iterable[tuple[str, str, float | None]]:
     return out
 
 
+def given_edges(graph: Any) -> list[list[Any]]:
+    """A given graph (any shape `ToolGraph.from_given` accepts) as a plain JSON edge list.
+
+    Each edge is ``[source, target]`` or ``[source, target, weight]``; what a model folder
+    stores for a graph passed as a networkx-like object or a path.
+
+    Raises:
+        ValueError: If `graph` is none of the accepted shapes.
+    """
+    return [[s, t] if w is None else [s, t, w] for s, t, w in _given_edges(graph)]
+
+
 def _weight(value: Any) -> float | None:
     return None if value is None else float(value)
 

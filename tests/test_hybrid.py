@@ -140,6 +140,45 @@ def test_zero_demonstrations_follow_the_history_and_stop_on_the_clauses(encoder,
     assert "open_sub_goal_rank=" in after.why("translate_text")
 
 
+def test_zero_demonstrations_follow_a_given_tool_graph_and_save_it(encoder, tmp_path):
+    """With nothing to cross-fit, the edge from the last call ranks its consumer up; a graph
+    given as a networkx-like object saves as a plain edge list and loads to the same ranks."""
+    from dtdr_agents.retrievers import load_retriever
+
+    tools = Toolset(
+        [
+            Tool("fetch_page", "Download a web page"),
+            Tool("summarize_text", "Summarize a text"),
+            Tool("translate_text", "Translate a text"),
+        ]
+    )
+    query = "Download https://example.org and give me a short version of the text in French"
+
+    class Graph:  # networkx-like: .edges(data=True)
+        def edges(self, data: bool = False):
+            return [("fetch_page", "translate_text", {"weight": 2.0})]
+
+    plain = HybridRetriever(encoder=encoder).fit([], tools)
+    given = HybridRetriever(encoder=encoder, graph=Graph()).fit([], tools)
+    history = ("fetch_page",)
+    assert given.graph == [["fetch_page", "translate_text", 2.0]]
+    rank_plain = plain.rank(query, history).rank_of("translate_text")
+    rank_given = given.rank(query, history).rank_of("translate_text")
+    assert rank_given < rank_plain
+    assert given.rank(query, history).probability("translate_text") > plain.rank(
+        query, history
+    ).probability("translate_text")
+    given.save(tmp_path / "m")
+    loaded = load_retriever(tmp_path / "m")
+    np.testing.assert_allclose(
+        loaded.rank(query, history).probabilities, given.rank(query, history).probabilities
+    )
+    with pytest.warns(UserWarning, match="not in the catalogue"):
+        HybridRetriever(encoder=encoder, graph=[["fetch_page", "nowhere"]]).fit([], tools).rank(
+            query, history
+        )
+
+
 def test_bad_parameters_are_named(encoder, demo_data, demo_split):
     train, _ = demo_split
     with pytest.raises(ValueError, match="n_folds"):

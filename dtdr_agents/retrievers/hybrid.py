@@ -30,6 +30,7 @@ beyond filling the output vector.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -47,6 +48,7 @@ from dtdr_agents.retrievers.baselines import BM25Retriever
 from dtdr_agents.retrievers.dtdr_c import DTDRC
 from dtdr_agents.retrievers.linear import DTDRL
 from dtdr_agents.retrievers.markov import GLOBAL, UNSEEN, history_key
+from dtdr_agents.tool_graph import ToolGraph, given_edges
 from dtdr_agents.types import END_OF_PLAN, Demonstration, Toolset
 
 FEATURES: tuple[str, ...] = (
@@ -268,6 +270,13 @@ class HybridRetriever(ToolRetriever):
             3.8 clauses on average, on a 2-core CPU), and at fit for every demonstration;
             False saves that time and leaves the features at zero.
         seed: Seed of the folds, k-means and DTDR-L.
+        graph: A tool dependency graph to use while demonstrations are too few to cross-fit
+            (TaskBench ``graph_desc.json`` data, a networkx-like graph, or an edge list: see
+            `dtdr_agents.tool_graph.ToolGraph.from_given`; tools outside the catalogue are
+            skipped with a warning), kept as a plain edge list (`given_edges`) so that it
+            saves with the model. None: the graph derived from the catalogue's schemas and
+            descriptions (`ToolGraph.from_catalogue`). Ignored once the combiner is
+            cross-fitted.
     """
 
     retriever_id: ClassVar[str] = "hybrid"
@@ -286,8 +295,10 @@ class HybridRetriever(ToolRetriever):
         prior_weight: float = 0.1,
         clauses: bool = True,
         seed: int = 0,
+        graph: Any = None,
     ) -> None:
         self.encoder = encoder
+        self.graph = None if graph is None else given_edges(graph)
         self.n_folds = n_folds
         self.candidates = candidates
         self.l2 = l2
@@ -311,6 +322,7 @@ class HybridRetriever(ToolRetriever):
 
     def _fit(self, demos: list[Demonstration], tools: Toolset) -> None:
         assert self.tool_embeddings_ is not None
+        self._graph_cache: ToolGraph | None = None
         self.bm25_ = BM25Retriever()  # needs no demonstrations: index the catalogue only
         self._restore_part(self.bm25_, tools, {"vocabulary_size": None}, {})
         t0 = time.perf_counter()
@@ -758,7 +770,7 @@ class HybridRetriever(ToolRetriever):
         request = x[:n_c, _F["bm25_rank"]] + x[:n_c, _F["dense_rank"]]
         called = x[:n_c, _F["in_history"]] > 0
         request[called] = -2.0 * np.log1p(n_c)
-        fused = request - np.log1p(open_rank)
+        fused = request - np.log1p(open_rank) - np.log1p(self._graph_rank(history, cands))
         end = zero_shot_stop_probability(query, len(history))
         n_labels = len(self.labels_)
         n_rest = n_labels - len(labels)
@@ -788,6 +800,35 @@ class HybridRetriever(ToolRetriever):
             "candidates": len(labels),
         }
         return Scores(out, explanation, tool_why=why)
+
+    def _tool_graph(self) -> ToolGraph:
+        """The dependency graph of the zero-shot scoring (given, or derived; built once)."""
+        graph: ToolGraph | None = getattr(self, "_graph_cache", None)
+        if graph is None:
+            if self.graph is None:
+                graph = ToolGraph.from_catalogue(self.fit_tools_)
+            else:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("default")
+                    graph = ToolGraph.from_given(self.graph, self.fit_tools_, strict=False)
+            self._graph_cache = graph
+        return graph
+
+    def _graph_rank(self, history: tuple[str, ...], cands: np.ndarray) -> np.ndarray:
+        """Each candidate's rank by its edge from the last call (ties share; no edge: last).
+
+        Zero for every candidate when the last call has no successors (no evidence).
+        """
+        ranks = np.zeros(len(cands))
+        if not history or history[-1] not in self._label_index:
+            return ranks
+        succ = self._tool_graph().successors(history[-1])
+        if not succ:
+            return ranks
+        w = np.array([succ.get(self.labels_[int(c)], 0.0) for c in cands])
+        levels = sorted({float(v) for v in w if v > 0}, reverse=True)
+        place = {v: float(i) for i, v in enumerate(levels)}
+        return np.array([place[float(v)] if v > 0 else float(len(levels)) for v in w])
 
     def _open_sub_goals(
         self, qs: _QueryState, history: tuple[str, ...], cands: np.ndarray
