@@ -30,7 +30,6 @@ beyond filling the output vector.
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -749,11 +748,12 @@ class HybridRetriever(ToolRetriever):
         )
 
     def _zero_shot_score(self, query: str, history: tuple[str, ...]) -> Scores:
-        """Scores with too few demonstrations to cross-fit: three zero-shot rankers fused.
+        """Scores with too few demonstrations to cross-fit: zero-shot rankers fused by rank.
 
         The request's clauses are its sub-goals; each call made covers the open clause its
         tool matches best. Each candidate tool gets ``-log(1 + rank)`` from BM25, from dense
-        similarity to the request and from its similarity to the open sub-goals, summed. A
+        similarity to the request, from its similarity to the open sub-goals and from its edge
+        in the tool graph from the last call (`_graph_rank`), summed. A
         tool already called has spent its relevance to the request: its BM25 and dense terms
         are the last candidate's, so only an open sub-goal can bring it back. End-of-plan gets
         the shared zero-shot stop probability (calls made against clauses stated,
@@ -807,10 +807,8 @@ class HybridRetriever(ToolRetriever):
         if graph is None:
             if self.graph is None:
                 graph = ToolGraph.from_catalogue(self.fit_tools_)
-            else:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("default")
-                    graph = ToolGraph.from_given(self.graph, self.fit_tools_, strict=False)
+            else:  # unknown tools: skipped with a warning
+                graph = ToolGraph.from_given(self.graph, self.fit_tools_, strict=False)
             self._graph_cache = graph
         return graph
 
