@@ -15,10 +15,9 @@ import numpy as np
 
 from dtdr_agents.datasets.base import Dataset
 from dtdr_agents.encoders import Encoder
-from dtdr_agents.evaluation import EvalResult, fit_and_evaluate, has_own_stop
+from dtdr_agents.evaluation import EvalResult, fit_and_evaluate
 from dtdr_agents.retrievers import ToolRetriever, make_retriever
 from dtdr_agents.retrievers.registry import unavailable_reason
-from dtdr_agents.stop_rule import StopRule
 from dtdr_agents.types import Demonstration
 
 
@@ -51,15 +50,6 @@ def build_retriever(
     return retriever, None
 
 
-def learns_stop_without_demos(retriever: ToolRetriever) -> bool:
-    """Whether `retriever` has its own end-of-plan model even when fitted on no demonstrations.
-
-    With none, the others are judged by the shared zero-shot stop rule (`StopRule.zero_shot`),
-    the way `fit_and_evaluate` judges query-only retrievers by the fitted one.
-    """
-    return type(retriever).accepts_no_demos and has_own_stop(retriever)
-
-
 def run_bench(
     train: Dataset,
     test: Dataset,
@@ -87,9 +77,6 @@ def run_bench(
             print(f"skipping {rid}: {skipped[rid]}", file=sys.stderr)
             continue
         print(f"fitting {rid} ...", file=sys.stderr)
-        extra: dict[str, Any] = {}
-        if not train.demos and not test.set_valued and not learns_stop_without_demos(retriever):
-            extra["stop_rule"] = StopRule.zero_shot()
         results[rid] = fit_and_evaluate(
             retriever,
             train.demos,
@@ -98,7 +85,6 @@ def run_bench(
             set_valued=test.set_valued,
             progress=progress,
             retriever_id=rid,
-            **extra,
         )
     return results, skipped
 

@@ -103,7 +103,13 @@ def eval_steps(demo: Demonstration, *, set_valued: bool = False) -> list[Step]:
 
 
 def has_own_stop(retriever: ToolRetriever) -> bool:
-    """Whether `retriever` (or, for a composite, its base) scores end-of-plan itself."""
+    """Whether `retriever` (or, for a composite, its base) scores end-of-plan itself.
+
+    A learned retriever fitted on no demonstrations (its zero-shot state) does not: its
+    end-of-plan is the zero-shot stop rule's.
+    """
+    if getattr(retriever, "zero_shot_", False):
+        return False
     if retriever.composite:
         base = getattr(retriever, "base_", None) or getattr(retriever, "base", None)
         if isinstance(base, ToolRetriever):
