@@ -723,7 +723,7 @@ class HybridRetriever(ToolRetriever):
     # ------------------------------------------------------------------------------ scoring
     def _score(self, query: str, history: tuple[str, ...]) -> Scores:
         if self.cv_.get("n_demos", 0) < MIN_CROSS_FIT:
-            return self._zero_shot_score(query, history)
+            return self._uncrossfitted_score(query, history)
         labels, x = self._step_features(query, history)
         s = x @ self.weights_
         p = softmax(s)
@@ -747,7 +747,7 @@ class HybridRetriever(ToolRetriever):
             out, explanation, tool_why=self._contribution_why(labels, x), replaces=("top_features",)
         )
 
-    def _zero_shot_score(self, query: str, history: tuple[str, ...]) -> Scores:
+    def _uncrossfitted_score(self, query: str, history: tuple[str, ...]) -> Scores:
         """Scores with too few demonstrations to cross-fit: zero-shot rankers fused by rank.
 
         The request's clauses are its sub-goals; each call made covers the open clause its
