@@ -72,6 +72,36 @@ def test_a_bad_type_fails_the_step_with_a_reason_never_a_crash() -> None:
         assert not score.match and score.reason is not None and score.reason.startswith(reason)
 
 
+def test_failures_are_counted_by_their_documented_class() -> None:
+    from dtdr_agents.e2e.metrics import summarize
+
+    gold = [{"restaurant_id": "API_call_0", "people": 2}]
+    answers = {
+        "json": "{not json",
+        "unknown": '{"restaurant_id": "x", "people": 2, "when": "now"}',
+        "missing": '{"restaurant_id": "API_call_0"}',
+        "type": '{"restaurant_id": "API_call_0", "people": "two"}',
+        "mismatch": '{"restaurant_id": "API_call_0", "people": 3}',
+    }
+    scores = {k: score_arguments(raw, gold, BOOK) for k, raw in answers.items()}
+    assert {k: s.kind for k, s in scores.items()} == {k: k for k in answers}
+    rows = [
+        {
+            "plan": i,
+            "step": 0,
+            "kind": "tool",
+            "correct": True,
+            "is_end": False,
+            "prompt_tokens": 1,
+            "called": "bookTable",
+            "has_arguments": True,
+            "args": {"match": s.match, "reason": s.reason, "kind": s.kind},
+        }
+        for i, s in enumerate(scores.values())
+    ]
+    assert summarize(rows)["argument_failures"] == {k: 1 for k in answers}
+
+
 def test_references_fit_any_type_and_the_gold_decides_where_it_breaks_its_signature() -> None:
     # "$var1.size$" names an earlier result: it fits an integer argument.
     assert check_signature({"restaurant_id": "a", "people": "$var1.size$"}, BOOK, ["var1"]) is None

@@ -52,6 +52,14 @@ class ArgumentScore:
     match: bool
     reason: str | None = None
 
+    @property
+    def kind(self) -> str | None:
+        """The failure's class: ``json``, ``unknown``, ``missing``, ``type`` or ``mismatch``."""
+        if self.reason is None:
+            return None
+        first = self.reason.split(maxsplit=1)[0].rstrip(":")
+        return "json" if first == "not" else first
+
 
 def parse_arguments(raw: Any) -> dict[str, Any] | None:
     """The arguments of a tool call as a dict (a JSON text or a mapping), or None if not one."""

@@ -448,7 +448,7 @@ async def _fill_arguments(
     """Ask (or reuse) the parameter filling of every correctly selected function and score it.
 
     Returns the selection rows, each with ``has_arguments`` and, where asked, ``args``
-    (``{"match", "reason"}``, or ``{"error", "error_type"}``); the calls made; the answers
+    (``{"match", "reason", "kind"}``, or ``{"error", "error_type"}``); the calls made; the answers
     reused from the cache.
     """
     builder = plan.builder
@@ -500,7 +500,7 @@ async def _fill_arguments(
             builder.schemas[str(row["called"])]["function"]["parameters"],
             step.labels,
         )
-        row["args"] = {"match": score.match, "reason": score.reason}
+        row["args"] = {"match": score.match, "reason": score.reason, "kind": score.kind}
     return out, len(todo), reused
 
 

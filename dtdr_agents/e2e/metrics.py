@@ -205,7 +205,7 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     filled = [r["args"] for r in rows if isinstance(r.get("args"), Mapping)]
     arg_errors = Counter(str(a.get("error_type") or "other") for a in filled if "error" in a)
     scored = [a for a in filled if "error" not in a]
-    reasons = Counter(str(a.get("reason")).split(":")[0] for a in scored if not a.get("match"))
+    reasons = Counter(str(a.get("kind")) for a in scored if not a.get("match"))
     return {
         "fsa": _share(sum(bool(r["correct"]) for r in answered), len(answered)),
         "sr": _share(sum(all(bool(r["correct"]) for r in p) for p in full), len(full)),
