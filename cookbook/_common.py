@@ -16,8 +16,8 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from dtdr_agents.prompting import MASK_MODES
-from dtdr_agents.types import Toolset
+from dtdr_agents.foundation.types import Toolset
+from dtdr_agents.runtime.prompting import MASK_MODES
 from langchain_dtdr.testing import DemoSetup, PlanFollower, ScriptedChatModel, demo_setup
 
 

@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 
 from dtdr_agents.datasets import load_train_test
-from dtdr_agents.prompting import get_token_counter
-from dtdr_agents.replay import replay_plans
+from dtdr_agents.foundation.selection import SelectionPolicy
 from dtdr_agents.retrievers import make_retriever
 from dtdr_agents.runtime import BindingPolicy, StepSelector
-from dtdr_agents.selection import SelectionPolicy
+from dtdr_agents.runtime.prompting import get_token_counter
+from dtdr_agents.runtime.replay import replay_plans
 
 DEFAULT_PATH = str(
     Path(os.environ.get("DTDR_DATASETS") or Path(__file__).resolve().parents[2] / "shared/datasets")

@@ -40,10 +40,10 @@ from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
+from dtdr_agents.foundation.types import Toolset
 from dtdr_agents.planning import ChatPlanner
 from dtdr_agents.retrievers import make_retriever
 from dtdr_agents.retrievers.toolqp import ToolQPRetriever
-from dtdr_agents.types import Toolset
 from langchain_dtdr import current_turn
 from langchain_dtdr.testing import ScriptedChatModel, langchain_tools
 

@@ -26,9 +26,9 @@ from _common import base_parser, make_chat_model
 
 from dtdr_agents.cli import main as dtdr_cli
 from dtdr_agents.datasets.synthetic import make_demo_dataset
-from dtdr_agents.evaluation import evaluate
-from dtdr_agents.recording import DemonstrationRecorder
+from dtdr_agents.evaluation.protocol import evaluate
 from dtdr_agents.retrievers import load_retriever, make_retriever
+from dtdr_agents.runtime.recording import DemonstrationRecorder
 from langchain_dtdr import DTDRRecorderCallback
 from langchain_dtdr.testing import langchain_tools
 from langgraph_dtdr import create_dtdr_agent

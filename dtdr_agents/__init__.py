@@ -6,15 +6,16 @@ Rank the next tools from the request AND the calls made so far, learned from dem
 
 from __future__ import annotations
 
+from dtdr_agents import _compat
 from dtdr_agents._version import __version__
-from dtdr_agents.encoders import (
+from dtdr_agents.foundation.encoders import (
     CachedEncoder,
     Encoder,
     SentenceTransformerEncoder,
     TfidfEncoder,
     get_encoder,
 )
-from dtdr_agents.errors import (
+from dtdr_agents.foundation.errors import (
     DatasetFormatError,
     DTDRError,
     EncoderUnavailableError,
@@ -23,6 +24,16 @@ from dtdr_agents.errors import (
     ModelLoadError,
     NotFittedError,
     UnknownToolError,
+)
+from dtdr_agents.foundation.selection import Selection, SelectionPolicy, select
+from dtdr_agents.foundation.types import (
+    END_OF_PLAN,
+    Demonstration,
+    RankedTool,
+    Ranking,
+    Step,
+    Tool,
+    Toolset,
 )
 from dtdr_agents.retrievers import (
     DTDRC,
@@ -40,16 +51,8 @@ from dtdr_agents.retrievers import (
     make_retriever,
     retriever_ids,
 )
-from dtdr_agents.selection import Selection, SelectionPolicy, select
-from dtdr_agents.types import (
-    END_OF_PLAN,
-    Demonstration,
-    RankedTool,
-    Ranking,
-    Step,
-    Tool,
-    Toolset,
-)
+
+_compat.install()
 
 __all__ = [
     "DTDRC",

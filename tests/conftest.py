@@ -16,7 +16,7 @@ SHARED_DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 @pytest.fixture(scope="session")
 def encoder():
     """The real all-MiniLM-L6-v2 encoder (offline), shared by the whole session."""
-    from dtdr_agents.encoders import get_encoder
+    from dtdr_agents.foundation.encoders import get_encoder
 
     enc = get_encoder("default")
     enc.encode(["warm up"])

@@ -17,8 +17,8 @@ import pytest
 
 from dtdr_agents import Demonstration, SelectionPolicy
 from dtdr_agents.datasets.jsonl import load_jsonl
-from dtdr_agents.errors import DatasetFormatError, InvalidDemonstrationError
-from dtdr_agents.types import Ranking, as_history
+from dtdr_agents.foundation.errors import DatasetFormatError, InvalidDemonstrationError
+from dtdr_agents.foundation.types import Ranking, as_history
 
 FIX = Path(__file__).parent / "fixtures" / "datasets" / "jsonl"
 
@@ -104,7 +104,7 @@ def test_tools_file_not_utf8_names_the_line(tmp_path):
 _WRITER = textwrap.dedent(
     """
     import sys
-    from dtdr_agents.recording import DemonstrationRecorder
+    from dtdr_agents.runtime.recording import DemonstrationRecorder
     rec = DemonstrationRecorder(sys.argv[1], dedupe=False)
     query = "x" * 200_000  # a long line, so that a kill lands inside a write often
     i = 0
@@ -116,7 +116,7 @@ _WRITER = textwrap.dedent(
 
 
 def test_record_after_a_torn_line_starts_on_a_fresh_line(tmp_path):
-    from dtdr_agents.recording import DemonstrationRecorder
+    from dtdr_agents.runtime.recording import DemonstrationRecorder
 
     path = tmp_path / "runs.jsonl"
     path.write_text('{"query": "ok", "calls": ["a"]}\n{"query": "torn", "cal', encoding="utf-8")
@@ -129,7 +129,7 @@ def test_record_after_a_torn_line_starts_on_a_fresh_line(tmp_path):
 
 
 def test_kill_9_during_appends_loses_no_later_record(tmp_path):
-    from dtdr_agents.recording import DemonstrationRecorder
+    from dtdr_agents.runtime.recording import DemonstrationRecorder
 
     path = tmp_path / "runs.jsonl"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}

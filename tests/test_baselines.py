@@ -8,11 +8,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dtdr_agents.chat import ChatModel, OpenAIChat, invoke_text, message_text
 from dtdr_agents.datasets.synthetic import make_demo_dataset
-from dtdr_agents.encoders import get_encoder
-from dtdr_agents.errors import ChatModelError, NotFittedError
-from dtdr_agents.evaluation import evaluate
+from dtdr_agents.evaluation.protocol import evaluate
+from dtdr_agents.foundation.chat import ChatModel, OpenAIChat, invoke_text, message_text
+from dtdr_agents.foundation.encoders import get_encoder
+from dtdr_agents.foundation.errors import ChatModelError, NotFittedError
+from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Tool
 from dtdr_agents.retrievers import ToolRetriever, class_by_name, make_retriever
 from dtdr_agents.retrievers.baselines import (
     BM25Retriever,
@@ -27,7 +28,6 @@ from dtdr_agents.retrievers.baselines import (
     split_identifiers,
 )
 from dtdr_agents.retrievers.peer import GraphToolCallRetriever, rank_probabilities
-from dtdr_agents.types import END_OF_PLAN, Demonstration, Tool
 
 IDS = ["random", "bm25", "qts", "tgr", "lim", "peer-gtc"]
 QUERY_ONLY = {"bm25", "qts", "tgr", "lim"}

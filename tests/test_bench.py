@@ -94,7 +94,7 @@ def test_stats_prints_table5_columns(shared_datasets, capsys):
 
 def test_set_valued_scoring_ranks_tools_only(encoder):
     from dtdr_agents import Demonstration, StaticLR, Tool
-    from dtdr_agents.evaluation import evaluate
+    from dtdr_agents.evaluation.protocol import evaluate
 
     tools = [Tool("a", "alpha tool"), Tool("b", "beta tool"), Tool("c", "gamma tool")]
     demos = [Demonstration(f"use alpha and beta {i}", ("a", "b"), edges=()) for i in range(20)]
@@ -106,8 +106,8 @@ def test_set_valued_scoring_ranks_tools_only(encoder):
 
 def test_prefix_scoring_equals_full_list_scoring(encoder, demo_data, demo_split):
     from dtdr_agents import DTDRC
-    from dtdr_agents.evaluation import _Prefixer
-    from dtdr_agents.metrics import step_metrics
+    from dtdr_agents.evaluation.metrics import step_metrics
+    from dtdr_agents.evaluation.protocol import _Prefixer
 
     model = DTDRC(encoder=encoder).fit(demo_split[0], demo_data.tools)
     prefixer = _Prefixer(10)
@@ -120,7 +120,7 @@ def test_prefix_scoring_equals_full_list_scoring(encoder, demo_data, demo_split)
 
 def test_a_failing_retriever_keeps_its_results_so_far(encoder, demo_data, demo_split):
     from dtdr_agents import StaticDR
-    from dtdr_agents.evaluation import evaluate
+    from dtdr_agents.evaluation.protocol import evaluate
 
     class Flaky(StaticDR):
         def _score(self, query, history):
@@ -140,8 +140,8 @@ def test_learning_curve_rows_and_plot(encoder, demo_data):
 
     import matplotlib.pyplot as plt
 
-    from dtdr_agents.bench import run_ablations
-    from dtdr_agents.plots import report_figure
+    from dtdr_agents.evaluation.bench import run_ablations
+    from dtdr_agents.evaluation.plots import report_figure
 
     demos = list(demo_data.demos)
     train = dataclasses.replace(demo_data, demos=demos[:60])
@@ -164,7 +164,7 @@ def test_learning_curve_rows_and_plot(encoder, demo_data):
     with pytest.raises(ValueError, match="ablations must be among"):
         run_ablations(train, test, encoder=encoder, seed=0, which=("bogus",))
 
-    from dtdr_agents.report import aggregate_ablations
+    from dtdr_agents.evaluation.report import aggregate_ablations
 
     curve = aggregate_ablations([out], same_requests=True)
     assert curve["n_demos"]["60"]["hybrid"]["tool_mrr"] == mrr[60]["hybrid"]

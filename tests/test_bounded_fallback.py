@@ -6,9 +6,9 @@ import pytest
 
 from dtdr_agents import DTDRC, Tool
 from dtdr_agents.datasets.synthetic import make_demo_dataset
+from dtdr_agents.foundation.selection import SelectionPolicy
+from dtdr_agents.foundation.types import Toolset
 from dtdr_agents.runtime import BindingPolicy, StepSelector
-from dtdr_agents.selection import SelectionPolicy
-from dtdr_agents.types import Toolset
 
 OOD = "What is the molar mass of sulfuric acid and how does it react with sodium hydroxide?"
 N_TOOLS = 10_000

@@ -9,7 +9,7 @@ import pytest
 
 from dtdr_agents import DTDRC
 from dtdr_agents.datasets.synthetic import make_demo_dataset
-from dtdr_agents.encoders import CachedEncoder
+from dtdr_agents.foundation.encoders import CachedEncoder
 from dtdr_agents.retrievers.base import MEMO_KEY_CHARS
 
 

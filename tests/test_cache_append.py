@@ -3,7 +3,7 @@
 On the loopback OpenAI server (tests/openai_server.py), every request's tools array must start
 with the previous request's within a turn, for the LangGraph factory, the `create_agent`
 middleware and the LlamaIndex agent; the list grows in first-bound order and never beyond the
-cap. Also the offline replay of plans (`dtdr_agents.replay`) and its figures.
+cap. Also the offline replay of plans (`dtdr_agents.runtime.replay`) and its figures.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from langchain_openai import ChatOpenAI
 from loopback import demo, no_proxies, server
 from openai_server import OpenAIChatServer, history_of, tool_names
 
-from dtdr_agents.replay import replay_plans
+from dtdr_agents.foundation.selection import SelectionPolicy, select
 from dtdr_agents.runtime import BindingPolicy, StepSelector, run_report
-from dtdr_agents.selection import SelectionPolicy, select
+from dtdr_agents.runtime.replay import replay_plans
 from langchain_dtdr import DTDRMiddleware
 from langchain_dtdr.testing import DemoSetup, langchain_tools
 from langgraph_dtdr import create_dtdr_agent

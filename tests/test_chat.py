@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from openai_server import OpenAIChatServer, clear_proxies
 
-from dtdr_agents.chat import OpenAIChat, ainvoke_text, invoke_text
-from dtdr_agents.errors import ChatModelError
-from dtdr_agents.retry import RetryPolicy
+from dtdr_agents.foundation.chat import OpenAIChat, ainvoke_text, invoke_text
+from dtdr_agents.foundation.errors import ChatModelError
+from dtdr_agents.foundation.retry import RetryPolicy
 
 FAST = RetryPolicy(max_retries=3, base_delay=0.0, jitter=0.0, timeout=5.0)
 
@@ -105,7 +105,7 @@ def test_timeout_parameter_builds_the_policy() -> None:
     llm = OpenAIChat("tiny", base_url="http://127.0.0.1:9/v1", timeout=7.5, max_retries=1)
     assert llm.retry_policy.timeout == 7.5
     assert llm.retry_policy.max_retries == 1
-    assert llm.client.max_retries == 0  # dtdr_agents.retry is the one retry layer
+    assert llm.client.max_retries == 0  # dtdr_agents.foundation.retry is the one retry layer
     assert llm.request_kwargs([])["timeout"] == 7.5
 
 

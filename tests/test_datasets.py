@@ -33,8 +33,8 @@ from dtdr_agents.datasets import (
     split_dataset,
     split_demonstrations,
 )
-from dtdr_agents.errors import DatasetFormatError, InvalidDemonstrationError
-from dtdr_agents.types import Demonstration, Toolset
+from dtdr_agents.foundation.errors import DatasetFormatError, InvalidDemonstrationError
+from dtdr_agents.foundation.types import Demonstration, Toolset
 
 FIX = Path(__file__).parent / "fixtures" / "datasets"
 DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets"

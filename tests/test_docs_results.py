@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dtdr_agents.cli import main
-from dtdr_agents.docsync import default_documents, loose_figures, sync
+from dtdr_agents.evaluation.docsync import default_documents, loose_figures, sync
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from dtdr_agents import DTDRC, DTDRL, END_OF_PLAN, Demonstration, StaticDR, StaticLR, Tool, Toolset
-from dtdr_agents.evaluation import fit_and_evaluate
+from dtdr_agents.evaluation.protocol import fit_and_evaluate
+from dtdr_agents.foundation.selection import SelectionPolicy, select
 from dtdr_agents.retrievers import linear
 from dtdr_agents.retrievers.linear import init_linear, train_linear
 from dtdr_agents.retrievers.markov import START, MarkovTables, history_key
-from dtdr_agents.selection import SelectionPolicy, select
 
 OOD_QUERY = (
     "Derive the beta function of quantum chromodynamics at two loops in dimensional regularisation"

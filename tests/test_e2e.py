@@ -25,10 +25,9 @@ from typing import Any
 import pytest
 from openai_server import OpenAIChatServer, clear_proxies, history_of, tool_names
 
-from dtdr_agents.chat import OpenAIChat
 from dtdr_agents.datasets import load_train_test
 from dtdr_agents.datasets.base import Dataset
-from dtdr_agents.e2e import (
+from dtdr_agents.evaluation.e2e import (
     E2EPlan,
     StepCache,
     api_names,
@@ -39,12 +38,13 @@ from dtdr_agents.e2e import (
     prepare_e2e,
     run_e2e,
 )
-from dtdr_agents.e2e.protocol import END_TOOL
-from dtdr_agents.encoders import get_encoder
-from dtdr_agents.prompting import get_token_counter
+from dtdr_agents.evaluation.e2e.protocol import END_TOOL
+from dtdr_agents.foundation.chat import OpenAIChat
+from dtdr_agents.foundation.encoders import get_encoder
+from dtdr_agents.foundation.retry import RetryPolicy
+from dtdr_agents.foundation.selection import SelectionPolicy, select
 from dtdr_agents.retrievers.base import ToolRetriever
-from dtdr_agents.retry import RetryPolicy
-from dtdr_agents.selection import SelectionPolicy, select
+from dtdr_agents.runtime.prompting import get_token_counter
 
 FIXTURE = Path(__file__).parent / "fixtures" / "datasets" / "taskbench" / "data_tiny"
 FAST = RetryPolicy(max_retries=3, base_delay=0.0, jitter=0.0, timeout=10.0)
@@ -139,7 +139,7 @@ def cell(report: dict[str, Any], rid: str, mode: str) -> dict[str, Any]:
 
 @functools.cache
 def _fitted_dtdr_c() -> ToolRetriever:
-    from dtdr_agents.bench import build_retriever
+    from dtdr_agents.evaluation.bench import build_retriever
 
     train, _ = load_train_test("taskbench", FIXTURE, seed=0)
     retriever, _ = build_retriever("dtdr-c", encoder=get_encoder("tfidf"), seed=0, dataset=train)
@@ -416,7 +416,7 @@ def test_api_names_are_safe_and_unique() -> None:
 
 
 async def test_arun_e2e_inside_a_running_loop(policy: Policy) -> None:
-    from dtdr_agents.e2e import arun_e2e
+    from dtdr_agents.evaluation.e2e import arun_e2e
 
     one_cell = prepare_e2e(
         *load_train_test("taskbench", FIXTURE, seed=0),

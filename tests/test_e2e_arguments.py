@@ -16,16 +16,22 @@ from typing import Any
 import pytest
 from openai_server import OpenAIChatServer, clear_proxies, history_of, tool_names
 
-from dtdr_agents.chat import OpenAIChat
 from dtdr_agents.datasets import load_train_test
-from dtdr_agents.e2e import StepCache, dry_run_report, format_e2e_markdown, prepare_e2e, run_e2e
-from dtdr_agents.e2e.arguments import check_signature, normalise, score_arguments
-from dtdr_agents.e2e.protocol import END_TOOL
-from dtdr_agents.encoders import get_encoder
-from dtdr_agents.errors import InvalidDemonstrationError
-from dtdr_agents.prompting import get_token_counter
-from dtdr_agents.retry import RetryPolicy
-from dtdr_agents.types import CallArguments, Demonstration
+from dtdr_agents.evaluation.e2e import (
+    StepCache,
+    dry_run_report,
+    format_e2e_markdown,
+    prepare_e2e,
+    run_e2e,
+)
+from dtdr_agents.evaluation.e2e.arguments import check_signature, normalise, score_arguments
+from dtdr_agents.evaluation.e2e.protocol import END_TOOL
+from dtdr_agents.foundation.chat import OpenAIChat
+from dtdr_agents.foundation.encoders import get_encoder
+from dtdr_agents.foundation.errors import InvalidDemonstrationError
+from dtdr_agents.foundation.retry import RetryPolicy
+from dtdr_agents.foundation.types import CallArguments, Demonstration
+from dtdr_agents.runtime.prompting import get_token_counter
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"
 SEAL = FIXTURES / "sealtools"
@@ -73,7 +79,7 @@ def test_a_bad_type_fails_the_step_with_a_reason_never_a_crash() -> None:
 
 
 def test_failures_are_counted_by_their_documented_class() -> None:
-    from dtdr_agents.e2e.metrics import summarize
+    from dtdr_agents.evaluation.e2e.metrics import summarize
 
     gold = [{"restaurant_id": "API_call_0", "people": 2}]
     answers = {

@@ -13,8 +13,8 @@ from openai_server import OpenAIChatServer, clear_proxies, history_of
 
 from dtdr_agents import cli
 from dtdr_agents.datasets import load_train_test
-from dtdr_agents.e2e import api_names
-from dtdr_agents.e2e.protocol import END_TOOL
+from dtdr_agents.evaluation.e2e import api_names
+from dtdr_agents.evaluation.e2e.protocol import END_TOOL
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "datasets" / "taskbench" / "data_tiny")
 BASE = ["e2e", "--dataset", "taskbench", "--path", FIXTURE, "--encoder", "tfidf", "--no-cache"]

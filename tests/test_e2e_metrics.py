@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from dtdr_agents.e2e.harness import error_type
-from dtdr_agents.e2e.metrics import classify_reply, percentile, summarize
-from dtdr_agents.errors import ChatModelError
+from dtdr_agents.evaluation.e2e.harness import error_type
+from dtdr_agents.evaluation.e2e.metrics import classify_reply, percentile, summarize
+from dtdr_agents.foundation.errors import ChatModelError
 
 CATALOGUE = ["a", "b", "c"]
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dtdr_agents.encoders import (
+from dtdr_agents.foundation.encoders import (
     CachedEncoder,
     SentenceTransformerEncoder,
     TfidfEncoder,
     bundled_minilm_path,
     get_encoder,
 )
-from dtdr_agents.errors import EncoderUnavailableError, NotFittedError
+from dtdr_agents.foundation.errors import EncoderUnavailableError, NotFittedError
 
 
 def test_default_resolves_to_the_bundled_minilm(encoder):

@@ -20,12 +20,16 @@ import pytest
 from dtdr_agents.cli import main
 from dtdr_agents.datasets.jsonl import load_jsonl
 from dtdr_agents.datasets.synthetic import make_demo_dataset
-from dtdr_agents.encoders import bundled_minilm_path
-from dtdr_agents.errors import DatasetFormatError, EncoderUnavailableError, ModelLoadError
+from dtdr_agents.foundation.encoders import bundled_minilm_path
+from dtdr_agents.foundation.errors import (
+    DatasetFormatError,
+    EncoderUnavailableError,
+    ModelLoadError,
+)
+from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Tool, Toolset
 from dtdr_agents.retrievers import load_retriever, make_retriever
 from dtdr_agents.retrievers.baselines import BM25Retriever
 from dtdr_agents.retrievers.hybrid import FEATURES, HybridRetriever
-from dtdr_agents.types import END_OF_PLAN, Demonstration, Tool, Toolset
 
 FIX = Path(__file__).parent / "fixtures" / "datasets" / "jsonl"
 DEMOS, TOOLS = FIX / "demos.jsonl", FIX / "tools.json"
@@ -68,7 +72,7 @@ def test_bad_encoder_is_refused_first_naming_the_flag(
     import dtdr_agents.cli.bench as bench_cli
     import dtdr_agents.datasets as datasets
     import dtdr_agents.datasets.synthetic as synthetic
-    import dtdr_agents.perf as perf
+    import dtdr_agents.evaluation.perf as perf
     import dtdr_agents.retrievers as retrievers
 
     # every way a command starts its real work fails the test if reached
@@ -105,7 +109,7 @@ def test_fit_checks_the_encoder_given_as_a_param_too(
 
 
 def test_encoder_problems_name_what_is_wrong(tmp_path: Path, offline_empty_cache: Path) -> None:
-    from dtdr_agents.encoders import check_encoder_spec, encoder_problem
+    from dtdr_agents.foundation.encoders import check_encoder_spec, encoder_problem
 
     empty_folder = tmp_path / "empty"
     empty_folder.mkdir()
@@ -124,7 +128,7 @@ def test_encoder_problems_name_what_is_wrong(tmp_path: Path, offline_empty_cache
 
 
 def test_a_model_in_the_hugging_face_cache_is_accepted_offline(offline_empty_cache: Path) -> None:
-    from dtdr_agents.encoders import encoder_problem
+    from dtdr_agents.foundation.encoders import encoder_problem
 
     snapshot = offline_empty_cache / "models--org--model" / "snapshots" / "abc123"
     snapshot.mkdir(parents=True)
@@ -134,7 +138,7 @@ def test_a_model_in_the_hugging_face_cache_is_accepted_offline(offline_empty_cac
 
 
 def test_an_unloadable_model_says_why_without_a_cut_message(offline_empty_cache: Path) -> None:
-    from dtdr_agents.encoders import SentenceTransformerEncoder
+    from dtdr_agents.foundation.encoders import SentenceTransformerEncoder
 
     with pytest.raises(EncoderUnavailableError) as err:
         SentenceTransformerEncoder("no-such-org/no-such-model").encode(["hello"])

@@ -25,8 +25,8 @@ import pytest
 
 from dtdr_agents import DTDRC, DTDRL, load_retriever
 from dtdr_agents.datasets.synthetic import make_demo_dataset
-from dtdr_agents.errors import ModelLoadError
-from dtdr_agents.persistence import manifest_digest
+from dtdr_agents.foundation.errors import ModelLoadError
+from dtdr_agents.foundation.persistence import manifest_digest
 
 N_CASES = 200
 PROBES = [

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dtdr_agents.evaluation import fit_and_evaluate
-from dtdr_agents.index import hnsw_available
+from dtdr_agents.evaluation.protocol import fit_and_evaluate
+from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Tool, Toolset
 from dtdr_agents.retrievers import hybrid
 from dtdr_agents.retrievers.baselines import BM25Retriever
 from dtdr_agents.retrievers.dtdr_c import DTDRC
 from dtdr_agents.retrievers.hybrid import FEATURES, HybridRetriever
+from dtdr_agents.retrievers.index import hnsw_available
 from dtdr_agents.retrievers.linear import DTDRL
-from dtdr_agents.types import END_OF_PLAN, Demonstration, Tool, Toolset
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +115,7 @@ def test_zero_demonstrations_is_pure_zero_shot_and_demonstrations_help(
 def test_zero_demonstrations_follow_the_history_and_stop_on_the_clauses(encoder, demo_data):
     """With nothing to cross-fit the hybrid still uses the calls so far: a tool already called
     drops, the open sub-goal's tool rises, and end-of-plan comes from calls against clauses."""
-    from dtdr_agents.stop_rule import zero_shot_stop_probability
+    from dtdr_agents.foundation.clauses import zero_shot_stop_probability
 
     tools = Toolset(
         [

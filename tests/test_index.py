@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dtdr_agents import index as index_module
-from dtdr_agents.errors import ModelLoadError
-from dtdr_agents.index import CandidateIndex, IndexUnavailableError, hnsw_available
+from dtdr_agents.foundation.errors import ModelLoadError
+from dtdr_agents.retrievers import index as index_module
+from dtdr_agents.retrievers.index import CandidateIndex, IndexUnavailableError, hnsw_available
 
 
 def _rows(n: int, d: int = 32, seed: int = 0) -> np.ndarray:

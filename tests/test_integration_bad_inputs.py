@@ -33,18 +33,18 @@ from langchain_core.tools import tool as lc_tool
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 
 from dtdr_agents.datasets.synthetic import make_demo_dataset
-from dtdr_agents.errors import (
+from dtdr_agents.foundation.errors import (
     DTDRError,
     InvalidToolError,
     ModelLoadError,
     NotFittedError,
     UnknownToolError,
 )
+from dtdr_agents.foundation.selection import SelectionPolicy
+from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Tool, Toolset
 from dtdr_agents.retrievers import load_retriever, make_retriever
 from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.runtime import BindingPolicy, CatalogueMismatchError
-from dtdr_agents.selection import SelectionPolicy
-from dtdr_agents.types import END_OF_PLAN, Demonstration, Tool, Toolset
 from langchain_dtdr import DTDRMiddleware, DTDRRetriever, NoRequestError
 from langchain_dtdr.testing import ScriptedChatModel, langchain_tools
 from langgraph_dtdr import create_dtdr_agent

@@ -47,7 +47,7 @@ def test_every_exported_name_resolves(name: str) -> None:
 
 def test_the_runtime_and_the_mcp_command_import_no_framework() -> None:
     code = (
-        "import sys, dtdr_agents.runtime, dtdr_agents.replay, dtdr_agents.cli.mcp\n"
+        "import sys, dtdr_agents.runtime, dtdr_agents.runtime.replay, dtdr_agents.cli.mcp\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
         "('langchain', 'langchain_core', 'langgraph', 'llama_index', 'mcp', 'mcp_dtdr'))\n"
         "assert not bad, bad\n"

@@ -21,13 +21,13 @@ from langchain_core.tools import BaseTool
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 from pydantic import ValidationError
 
-from dtdr_agents.errors import InvalidToolError, NotFittedError, UnknownToolError
-from dtdr_agents.prompting import CharApproxCounter
-from dtdr_agents.recording import DemonstrationRecorder
+from dtdr_agents.foundation.errors import InvalidToolError, NotFittedError, UnknownToolError
+from dtdr_agents.foundation.selection import SelectionPolicy, select
+from dtdr_agents.foundation.types import END_OF_PLAN, Toolset
 from dtdr_agents.retrievers import make_retriever
 from dtdr_agents.runtime import BindingPolicy, StepRecord
-from dtdr_agents.selection import SelectionPolicy, select
-from dtdr_agents.types import END_OF_PLAN, Toolset
+from dtdr_agents.runtime.prompting import CharApproxCounter
+from dtdr_agents.runtime.recording import DemonstrationRecorder
 from langchain_dtdr import (
     CatalogueMismatchError,
     DTDRMiddleware,

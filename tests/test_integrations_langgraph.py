@@ -24,13 +24,13 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import MessagesState
 
-from dtdr_agents.errors import InvalidToolError, NotFittedError, UnknownToolError
-from dtdr_agents.recording import DemonstrationRecorder
+from dtdr_agents.foundation.errors import InvalidToolError, NotFittedError, UnknownToolError
+from dtdr_agents.foundation.selection import SelectionPolicy, select
+from dtdr_agents.foundation.types import Demonstration, Toolset
 from dtdr_agents.retrievers import make_retriever, retriever_ids
 from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.runtime import BindingPolicy
-from dtdr_agents.selection import SelectionPolicy, select
-from dtdr_agents.types import Demonstration, Toolset
+from dtdr_agents.runtime.recording import DemonstrationRecorder
 from langchain_dtdr import (
     CatalogueMismatchError,
     DTDRRecorderCallback,

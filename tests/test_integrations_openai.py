@@ -19,7 +19,7 @@ from langchain_openai import ChatOpenAI
 from loopback import demo, no_proxies, server
 from openai_server import OpenAIChatServer, history_of, tool_names
 
-from dtdr_agents.selection import SelectionPolicy, select
+from dtdr_agents.foundation.selection import SelectionPolicy, select
 from langchain_dtdr import DTDRMiddleware
 from langchain_dtdr.testing import DemoSetup, langchain_tools
 from langgraph_dtdr import create_dtdr_agent

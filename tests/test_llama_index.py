@@ -21,9 +21,9 @@ from llama_index.llms.openai_like import OpenAILike
 from loopback import demo, no_proxies, server
 from openai_server import OpenAIChatServer, history_of, tool_names
 
-from dtdr_agents.errors import InvalidToolError
+from dtdr_agents.foundation.errors import InvalidToolError
+from dtdr_agents.foundation.selection import SelectionPolicy, select
 from dtdr_agents.runtime import BindingPolicy, CatalogueMismatchError, run_report
-from dtdr_agents.selection import SelectionPolicy, select
 from langchain_dtdr.testing import DemoSetup
 from llama_index_dtdr import RECORDS_KEY, DTDRFunctionAgent, DTDRObjectRetriever
 from llama_index_dtdr.testing import llama_tools

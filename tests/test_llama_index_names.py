@@ -21,11 +21,11 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallB
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
 
-from dtdr_agents.errors import InvalidToolError
+from dtdr_agents.foundation.errors import InvalidToolError
+from dtdr_agents.foundation.selection import SelectionPolicy, select
+from dtdr_agents.foundation.types import Demonstration, Tool, Toolset
 from dtdr_agents.retrievers import make_retriever
 from dtdr_agents.retrievers.base import ToolRetriever
-from dtdr_agents.selection import SelectionPolicy, select
-from dtdr_agents.types import Demonstration, Tool, Toolset
 from llama_index_dtdr import RECORDS_KEY, DTDRFunctionAgent, DTDRObjectRetriever
 from llama_index_dtdr.retriever import model_name
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dtdr_agents import DTDRL
-from dtdr_agents.encoders import token_limit
+from dtdr_agents.foundation.encoders import token_limit
 from dtdr_agents.retrievers.linear import history_text, history_texts
 
 LONG_REQUEST = " ".join(

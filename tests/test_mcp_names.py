@@ -28,8 +28,8 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.memory import create_client_server_memory_streams
 
+from dtdr_agents.foundation.types import Demonstration
 from dtdr_agents.retrievers import make_retriever
-from dtdr_agents.types import Demonstration
 from mcp_dtdr.proxy import NameClashWarning, ProxyConfig, listed_names, serve_proxy
 
 UPSTREAM = Path(__file__).with_name("mcp_upstream_server.py")

@@ -26,10 +26,10 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
 from dtdr_agents.datasets.synthetic import make_demo_dataset
+from dtdr_agents.foundation.selection import SelectionPolicy, select
+from dtdr_agents.foundation.types import Demonstration
 from dtdr_agents.retrievers import load_retriever, make_retriever
 from dtdr_agents.retrievers.base import ToolRetriever
-from dtdr_agents.selection import SelectionPolicy, select
-from dtdr_agents.types import Demonstration
 
 pytestmark = pytest.mark.slow  # each test starts two Python processes (~5-10 s)
 

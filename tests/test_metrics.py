@@ -1,4 +1,4 @@
-"""Tests for dtdr_agents.metrics: hand-worked values, edge cases and cross-checks."""
+"""Tests for dtdr_agents.evaluation.metrics: hand-worked values, edge cases and cross-checks."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import ndcg_score
 
-from dtdr_agents import metrics as dm
+from dtdr_agents.evaluation import metrics as dm
 
 H = 1.0 / math.log2(3)  # discount at position 2
 Q = 1.0 / math.log2(5)  # discount at position 4

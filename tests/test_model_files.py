@@ -19,7 +19,7 @@ import pytest
 
 from dtdr_agents import DTDRC, ModelLoadError, load_retriever
 from dtdr_agents.datasets.synthetic import make_demo_dataset
-from dtdr_agents.persistence import manifest_digest, tool_order_digest
+from dtdr_agents.foundation.persistence import manifest_digest, tool_order_digest
 from dtdr_agents.retrievers.baselines import QTSRetriever
 
 DATA = make_demo_dataset(n=80, seed=6)
@@ -96,7 +96,7 @@ def test_the_model_path_itself_as_a_pipe_is_refused(tmp_path: Path) -> None:
 def test_arrays_larger_than_the_cap_are_refused(
     copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dtdr_agents import persistence
+    from dtdr_agents.foundation import persistence
 
     size = (copy / "arrays.safetensors").stat().st_size
     monkeypatch.setattr(persistence, "MAX_ARRAYS_BYTES", size - 1)
@@ -109,7 +109,7 @@ def test_arrays_larger_than_the_cap_are_refused(
 def test_a_manifest_larger_than_the_cap_is_refused(
     copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dtdr_agents import persistence
+    from dtdr_agents.foundation import persistence
 
     monkeypatch.setattr(persistence, "MAX_MANIFEST_BYTES", 1000)
     with pytest.raises(ModelLoadError, match=r"manifest\.json: \d+ bytes, .*MAX_MANIFEST_BYTES"):
@@ -117,7 +117,7 @@ def test_a_manifest_larger_than_the_cap_is_refused(
 
 
 def test_the_caps_are_documented() -> None:
-    from dtdr_agents import persistence
+    from dtdr_agents.foundation import persistence
 
     doc = (Path(__file__).parents[1] / "docs" / "integrity.md").read_text()
     assert persistence.MAX_ARRAYS_BYTES == 4 * 2**30 and "4 GiB" in doc

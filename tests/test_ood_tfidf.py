@@ -6,7 +6,7 @@ import pytest
 
 from dtdr_agents import DTDRC, DTDRL, ToolRetriever
 from dtdr_agents.datasets.synthetic import make_demo_dataset
-from dtdr_agents.encoders import TfidfEncoder, VocabularyCheck
+from dtdr_agents.foundation.encoders import TfidfEncoder, VocabularyCheck
 
 OUT_OF_DISTRIBUTION = [
     "asdf",

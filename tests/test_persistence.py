@@ -117,7 +117,7 @@ def test_save_is_atomic_when_writing_fails(saved, tmp_path, monkeypatch):
             raise OSError("disk full")
         return real_replace(src, dst)
 
-    from dtdr_agents import atomic
+    from dtdr_agents.foundation import atomic
 
     monkeypatch.setattr(atomic, "_swap_dirs", lambda new, target: False)  # the 2-rename path
     monkeypatch.setattr(os, "replace", failing_replace)

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from openai_server import OpenAIChatServer
 
-from dtdr_agents.chat import OpenAIChat
-from dtdr_agents.errors import DatasetFormatError
+from dtdr_agents.foundation.chat import OpenAIChat
+from dtdr_agents.foundation.errors import DatasetFormatError
 from dtdr_agents.planning import (
     FIG14_SYSTEM_PROMPT,
     SOURCE_CHAT,

@@ -10,10 +10,11 @@ import re
 
 import pytest
 
-from dtdr_agents import prompting
 from dtdr_agents.datasets.synthetic import DEMO_TOOLS
-from dtdr_agents.errors import EncoderUnavailableError, UnknownToolError
-from dtdr_agents.prompting import (
+from dtdr_agents.foundation.errors import EncoderUnavailableError, UnknownToolError
+from dtdr_agents.foundation.types import Tool, Toolset
+from dtdr_agents.runtime import prompting
+from dtdr_agents.runtime.prompting import (
     CHOOSE_ONE,
     FUNCTION_LIST_HEADER,
     MASK_MODES,
@@ -32,7 +33,6 @@ from dtdr_agents.prompting import (
     tool_schema_tokens,
     weighted_hard_note,
 )
-from dtdr_agents.types import Tool, Toolset
 
 TOOLS = Toolset(DEMO_TOOLS)
 PROBS = {"append_note_content": 0.7142857, "create_note": 0.2857143}

@@ -6,11 +6,17 @@ import numpy as np
 import pytest
 
 from dtdr_agents import Demonstration, Tool
-from dtdr_agents.evaluation import EvalResult, ScoredStep, evaluate, fit_and_evaluate, stop_metrics
-from dtdr_agents.intervals import estimate, paired_difference, verdict
+from dtdr_agents.evaluation.intervals import estimate, paired_difference, verdict
+from dtdr_agents.evaluation.protocol import (
+    EvalResult,
+    ScoredStep,
+    evaluate,
+    fit_and_evaluate,
+    stop_metrics,
+)
+from dtdr_agents.evaluation.stop_rule import StopRule
+from dtdr_agents.foundation.types import END_OF_PLAN
 from dtdr_agents.retrievers import make_retriever
-from dtdr_agents.stop_rule import StopRule
-from dtdr_agents.types import END_OF_PLAN
 
 
 def _independent_tool_mrr(model, test) -> float:
@@ -82,7 +88,7 @@ def test_a_retriever_with_an_end_model_keeps_its_own_stop(encoder, demo_data, de
 
 
 def test_a_composite_follows_its_base(encoder):
-    from dtdr_agents.evaluation import has_own_stop
+    from dtdr_agents.evaluation.protocol import has_own_stop
 
     assert not has_own_stop(make_retriever("toolqp:bm25"))
     assert has_own_stop(make_retriever("toolqp:dtdr-c", encoder=encoder))

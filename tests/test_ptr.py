@@ -8,11 +8,11 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from dtdr_agents.errors import ChatModelError
+from dtdr_agents.foundation.errors import ChatModelError
+from dtdr_agents.foundation.types import Demonstration, Toolset
 from dtdr_agents.retrievers.base import Scores, ToolRetriever
 from dtdr_agents.retrievers.baselines import QTSRetriever
 from dtdr_agents.retrievers.ptr import PTRRecommender
-from dtdr_agents.types import Demonstration, Toolset
 
 TOOLS = [
     {"name": "WeatherTool", "description": "weather forecast temperature rain umbrella"},
@@ -205,7 +205,7 @@ def test_stage_2_through_the_loopback_openai_server() -> None:
     pytest.importorskip("openai")
     from openai_server import OpenAIChatServer
 
-    from dtdr_agents.chat import OpenAIChat
+    from dtdr_agents.foundation.chat import OpenAIChat
 
     def responder(body: dict[str, Any]) -> dict[str, Any]:
         prompt = body["messages"][-1]["content"]
@@ -230,7 +230,11 @@ def test_stage_2_through_the_loopback_openai_server() -> None:
 
 # ---------------------------------------------------------------- recommendation bench
 def test_recommend_bench_scores_ablations_and_calibration() -> None:
-    from dtdr_agents.recommend.bench import format_scores, ptr_protocol_split, run_recommend_bench
+    from dtdr_agents.evaluation.recommend_bench import (
+        format_scores,
+        ptr_protocol_split,
+        run_recommend_bench,
+    )
 
     demos = _demos()
     train, test = ptr_protocol_split(demos, n_test=8)

@@ -22,7 +22,7 @@ import pytest
 
 from dtdr_agents import DTDRC, load_retriever
 from dtdr_agents.datasets.synthetic import make_demo_dataset
-from dtdr_agents.errors import ModelLoadError
+from dtdr_agents.foundation.errors import ModelLoadError
 
 PROBE = ("Summarize budget.pdf and email it to Anna", ("open_file",))
 

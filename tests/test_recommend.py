@@ -7,8 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from dtdr_agents.evaluation import evaluate, set_metrics
-from dtdr_agents.metrics import tracc
+from dtdr_agents.evaluation.metrics import tracc
+from dtdr_agents.evaluation.protocol import evaluate, set_metrics
+from dtdr_agents.foundation.selection import SelectionPolicy
+from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Ranking
 from dtdr_agents.recommend import (
     Recommendation,
     SetSizeModel,
@@ -31,8 +33,6 @@ from dtdr_agents.recommend.stages import (
     multi_view_rank,
     top_indices,
 )
-from dtdr_agents.selection import SelectionPolicy
-from dtdr_agents.types import END_OF_PLAN, Demonstration, Ranking
 
 
 def _ranking(probs: dict[str, float], *, fallback: bool = False) -> Ranking:
@@ -251,8 +251,8 @@ def test_evaluate_scores_the_recommended_set_on_set_valued_data() -> None:
 
 
 def test_bench_report_shows_tracc_only_for_set_valued_results() -> None:
-    from dtdr_agents.evaluation import EvalResult, ScoredStep
-    from dtdr_agents.report import build_report, format_markdown, format_table
+    from dtdr_agents.evaluation.protocol import EvalResult, ScoredStep
+    from dtdr_agents.evaluation.report import build_report, format_markdown, format_table
 
     paper = {"mrr": 0.9, "tracc": 0.7, "size_error": 0.5}
     with_set = EvalResult(

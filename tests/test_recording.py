@@ -11,10 +11,10 @@ import pytest
 from dtdr_agents.cli import main as cli_main
 from dtdr_agents.datasets.jsonl import load_jsonl
 from dtdr_agents.datasets.synthetic import DEMO_TOOLS
-from dtdr_agents.errors import InvalidDemonstrationError
-from dtdr_agents.recording import DemonstrationRecorder, plan_from_steps
+from dtdr_agents.foundation.errors import InvalidDemonstrationError
+from dtdr_agents.foundation.types import Demonstration, Toolset
 from dtdr_agents.retrievers import load_retriever
-from dtdr_agents.types import Demonstration, Toolset
+from dtdr_agents.runtime.recording import DemonstrationRecorder, plan_from_steps
 
 TOOLS = Toolset(DEMO_TOOLS)
 

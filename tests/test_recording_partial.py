@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from dtdr_agents.errors import DatasetFormatError
-from dtdr_agents.recording import DemonstrationRecorder, PartialLineWarning, load_recording
+from dtdr_agents.foundation.errors import DatasetFormatError
 from dtdr_agents.retrievers import make_retriever
+from dtdr_agents.runtime.recording import DemonstrationRecorder, PartialLineWarning, load_recording
 
 TOOLS = [
     {"name": "get_weather", "description": "Weather forecast for a city."},

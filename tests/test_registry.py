@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import dtdr_agents
-from dtdr_agents.errors import ModelLoadError
+from dtdr_agents.foundation.errors import ModelLoadError
+from dtdr_agents.foundation.types import Tool, Toolset
 from dtdr_agents.retrievers import (
     DTDRC,
     DTDRL,
@@ -28,7 +29,6 @@ from dtdr_agents.retrievers import (
     registry,
     retriever_ids,
 )
-from dtdr_agents.types import Tool, Toolset
 
 
 @pytest.fixture
@@ -245,7 +245,7 @@ def test_core_import_stays_framework_free() -> None:
     import sys
 
     code = (
-        "import sys, dtdr_agents, dtdr_agents.cli, dtdr_agents.bench;"
+        "import sys, dtdr_agents, dtdr_agents.cli, dtdr_agents.evaluation.bench;"
         "bad=[m for m in sys.modules if m.split('.')[0] in "
         "('langchain','langchain_core','langgraph','llama_index','mcp')];"
         "print(bad); sys.exit(1 if bad else 0)"

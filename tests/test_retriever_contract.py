@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from dtdr_agents import END_OF_PLAN, NotFittedError, Tool, Toolset, UnknownToolError
+from dtdr_agents.foundation.selection import SelectionPolicy, select
 from dtdr_agents.retrievers import composite_ids, make_retriever, retriever_ids
 from dtdr_agents.retrievers.registry import entry, tree
-from dtdr_agents.selection import SelectionPolicy, select
 
 
 class ScriptedChat:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dtdr_agents.retry import (
+from dtdr_agents.foundation.retry import (
     RetryPolicy,
     acall_with_retry,
     call_with_retry,

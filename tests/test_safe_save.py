@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from dtdr_agents import DTDRC, load_retriever
-from dtdr_agents.atomic import ForeignFolderError
 from dtdr_agents.cli import main
 from dtdr_agents.datasets.synthetic import make_demo_dataset
-from dtdr_agents.persistence import check_save_target
+from dtdr_agents.foundation.atomic import ForeignFolderError
+from dtdr_agents.foundation.persistence import check_save_target
 from dtdr_agents.planning import ClausePlanner
 from dtdr_agents.retrievers.baselines import QTSRetriever
 from dtdr_agents.retrievers.toolqp import ToolQPRetriever
@@ -175,7 +175,7 @@ def test_cli_fit_onto_a_foreign_folder_refuses(
 def test_a_failed_save_keeps_the_previous_model(
     model: DTDRC, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dtdr_agents import atomic
+    from dtdr_agents.foundation import atomic
 
     target = model.save(tmp_path / "m")
     before = {p.name: p.read_bytes() for p in target.iterdir()}
@@ -202,7 +202,7 @@ def test_a_failed_save_keeps_the_previous_model(
 def test_a_failed_first_save_leaves_nothing(
     model: DTDRC, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dtdr_agents import atomic
+    from dtdr_agents.foundation import atomic
 
     def failing_write(path: Path, content: bytes) -> None:
         raise OSError(5, "Input/output error")
@@ -216,7 +216,7 @@ def test_a_failed_first_save_leaves_nothing(
 def test_files_that_appear_during_a_save_are_kept(
     model: DTDRC, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dtdr_agents import atomic
+    from dtdr_agents.foundation import atomic
 
     target = model.save(tmp_path / "m")
     real_swap = atomic._swap_dirs

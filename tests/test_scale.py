@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from dtdr_agents.perf import VARIATION_QUALIFIERS, expand_catalogue, run_scale
-from dtdr_agents.types import Toolset
+from dtdr_agents.evaluation.perf import VARIATION_QUALIFIERS, expand_catalogue, run_scale
+from dtdr_agents.foundation.types import Toolset
 
 BASE = Toolset(
     [

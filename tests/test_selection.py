@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dtdr_agents import END_OF_PLAN, Ranking, SelectionPolicy, UnknownToolError, select
+from dtdr_agents.foundation.types import as_history
 from dtdr_agents.retrievers.markov import START, history_key
-from dtdr_agents.types import as_history
 
 NAMES = tuple(f"t{i}" for i in range(12))
 

@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 
 from dtdr_agents.cli import PROCESS_GC_THRESHOLD, main
-from dtdr_agents.encoders import (
+from dtdr_agents.foundation.encoders import (
     SentenceTransformerEncoder,
     bundled_minilm_path,
     declared_dim,
 )
-from dtdr_agents.errors import EncoderUnavailableError
+from dtdr_agents.foundation.errors import EncoderUnavailableError
 from dtdr_agents.retrievers import make_retriever
 from dtdr_agents.retrievers.base import ToolRetriever
 
@@ -238,8 +238,8 @@ def test_speed_startup_prints_the_cold_start_of_rank(
 
 
 def test_speed_startup_refuses_a_missing_model_and_a_failing_process(tmp_path: Path) -> None:
-    from dtdr_agents.errors import ModelLoadError
-    from dtdr_agents.perf import _wall_times, run_startup
+    from dtdr_agents.evaluation.perf import _wall_times, run_startup
+    from dtdr_agents.foundation.errors import ModelLoadError
 
     with pytest.raises(ModelLoadError):
         run_startup(tmp_path / "no-model", repeats=1)

@@ -8,7 +8,7 @@ import pytest
 
 from dtdr_agents.datasets.base import Dataset
 from dtdr_agents.datasets.synthetic import DEMO_INTENTS, DEMO_TOOLS, make_demo_dataset
-from dtdr_agents.types import END_OF_PLAN, Demonstration, Toolset
+from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Toolset
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from dtdr_agents.datasets import load_dataset
-from dtdr_agents.errors import UnknownToolError
-from dtdr_agents.tool_graph import WEIGHTS, ToolGraph, read_outputs
-from dtdr_agents.types import Tool
+from dtdr_agents.foundation.errors import UnknownToolError
+from dtdr_agents.foundation.types import Tool
+from dtdr_agents.retrievers.tool_graph import WEIGHTS, ToolGraph, read_outputs
 
 SEAL = Path(__file__).parent / "fixtures" / "datasets" / "sealtools"
 

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 from openai_server import OpenAIChatServer
 
-from dtdr_agents.chat import OpenAIChat
 from dtdr_agents.cli import main as cli_main
-from dtdr_agents.errors import ModelLoadError
+from dtdr_agents.foundation.chat import OpenAIChat
+from dtdr_agents.foundation.errors import ModelLoadError
+from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration
 from dtdr_agents.planning import ChatPlanner, Plan, ReplayPlanner, SearchFn, read_plans
 from dtdr_agents.retrievers import composite_ids, load_retriever, make_retriever
 from dtdr_agents.retrievers.baselines import QTSRetriever
 from dtdr_agents.retrievers.toolqp import ToolQPRetriever
-from dtdr_agents.types import END_OF_PLAN, Demonstration
 
 TOOLS = [
     {"name": "hotel_search", "description": "search hotels by city amenities meal plan reviews"},
@@ -461,8 +461,8 @@ def test_planning_overhead_on_toolink(shared_datasets: Path) -> None:
     timed assertion: on a shared 2-core machine it swings with load. This checks the measurement
     itself: every request timed, five queries each, figures finite and ordered."""
     from dtdr_agents.datasets import load_train_test
-    from dtdr_agents.encoders import default_cache_dir, get_encoder
-    from dtdr_agents.planning.speed import format_overhead, measure_overhead
+    from dtdr_agents.evaluation.toolqp_speed import format_overhead, measure_overhead
+    from dtdr_agents.foundation.encoders import default_cache_dir, get_encoder
 
     encoder = get_encoder("default", cache_dir=default_cache_dir())  # the bench's disk cache
     train, test = load_train_test("toolret", shared_datasets / "toolret" / "toolink")
@@ -482,8 +482,8 @@ def test_planning_overhead_on_toolink(shared_datasets: Path) -> None:
 
 
 def test_the_integration_runtime_plans_through_the_async_path() -> None:
+    from dtdr_agents.foundation.selection import SelectionPolicy
     from dtdr_agents.runtime import StepSelector
-    from dtdr_agents.selection import SelectionPolicy
 
     planner = CountingPlanner()
     model = make(planner)

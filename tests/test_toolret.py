@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dtdr_agents.datasets import ToolRetDataset, load_dataset, load_toolret, load_train_test
-from dtdr_agents.errors import DatasetFormatError
+from dtdr_agents.foundation.errors import DatasetFormatError
 
 TOOLS: list[dict[str, Any]] = [
     {

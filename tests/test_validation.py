@@ -2,7 +2,7 @@
 is an error naming the field, at `fit` and at `load` (issue "Reliability", items 2-3).
 
 `__init__` only stores (scikit-learn style); `fit` and `load` run `_check_params`, which uses
-the one helper `dtdr_agents.checks.check_number`.
+the one helper `dtdr_agents.foundation.checks.check_number`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 
 from dtdr_agents import ModelLoadError, Tool, Toolset, load_retriever
-from dtdr_agents.checks import check_number
 from dtdr_agents.datasets.synthetic import make_demo_dataset
-from dtdr_agents.persistence import manifest_digest
+from dtdr_agents.foundation.checks import check_number
+from dtdr_agents.foundation.persistence import manifest_digest
+from dtdr_agents.foundation.selection import SelectionPolicy
 from dtdr_agents.planning import ClausePlanner
 from dtdr_agents.retrievers import (
     DTDRC,
@@ -38,7 +39,6 @@ from dtdr_agents.retrievers import (
 from dtdr_agents.retrievers.hybrid import HybridRetriever
 from dtdr_agents.retrievers.ptr import PTRRecommender
 from dtdr_agents.retrievers.toolqp import ToolQPRetriever
-from dtdr_agents.selection import SelectionPolicy
 
 DATA = make_demo_dataset(n=60, seed=7)
 DEMOS = list(DATA.demos)

@@ -16,8 +16,8 @@ pytest.importorskip("langchain_core")
 chromadb = pytest.importorskip("chromadb")
 langchain_chroma = pytest.importorskip("langchain_chroma")
 
+from dtdr_agents.foundation.types import Demonstration, Toolset  # noqa: E402
 from dtdr_agents.retrievers.hybrid import HybridRetriever  # noqa: E402
-from dtdr_agents.types import Demonstration, Toolset  # noqa: E402
 from langchain_dtdr.vectorstore import (  # noqa: E402
     EncoderEmbeddings,
     VectorStoreCandidates,

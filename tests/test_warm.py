@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from dtdr_agents.datasets.synthetic import make_demo_dataset
-from dtdr_agents.encoders import CachedEncoder, TfidfEncoder
-from dtdr_agents.progress import progress_bar, ticking
+from dtdr_agents.foundation.encoders import CachedEncoder, TfidfEncoder
+from dtdr_agents.foundation.progress import progress_bar, ticking
 from dtdr_agents.retrievers import make_retriever
 
 
@@ -86,7 +86,7 @@ def test_ticking_shows_a_bar_after_the_delay_and_nothing_without_progress(
 ) -> None:
     import time
 
-    import dtdr_agents.progress as progress
+    import dtdr_agents.foundation.progress as progress
 
     monkeypatch.setattr(progress, "TICK_DELAY_S", 0.0)
     out = io.StringIO()

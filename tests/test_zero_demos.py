@@ -11,11 +11,11 @@ import pytest
 from dtdr_agents import END_OF_PLAN
 from dtdr_agents.cli import main
 from dtdr_agents.datasets.synthetic import make_demo_dataset
-from dtdr_agents.encoders import get_encoder
+from dtdr_agents.evaluation.stop_rule import StopRule
+from dtdr_agents.foundation.encoders import get_encoder
 from dtdr_agents.retrievers import composite_ids, make_retriever, retriever_ids
 from dtdr_agents.retrievers.base import load_retriever
 from dtdr_agents.retrievers.registry import entry, unavailable_reason
-from dtdr_agents.stop_rule import StopRule
 
 TINY = Path(__file__).parent / "fixtures" / "datasets" / "taskbench" / "data_tiny"
 QUERY = "Summarize report.pdf and email the summary to Anna"

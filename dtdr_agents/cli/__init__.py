@@ -1,8 +1,8 @@
 """The `dtdr-agents` command line. All argparse code lives in this package.
 
 Each command group is a module here with `add_commands(subparsers)`; its commands call library
-code (`dtdr_agents.bench`, `dtdr_agents.report`, ...). A new group is one module plus one entry
-in `GROUPS`.
+code (`dtdr_agents.evaluation.bench`, `dtdr_agents.evaluation.report`, ...). A new group is one
+module plus one entry in `GROUPS`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 
 from dtdr_agents._version import __version__
 from dtdr_agents.cli._common import BAD_INPUT, CLIError, describe_error
-from dtdr_agents.errors import DTDRError
+from dtdr_agents.foundation.errors import DTDRError
 
 GROUPS = (
     "dtdr_agents.cli.core",  # demo, fit, rank, speed

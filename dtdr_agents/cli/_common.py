@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dtdr_agents.errors import DTDRError
+from dtdr_agents.foundation.errors import DTDRError
 
 if TYPE_CHECKING:
     from dtdr_agents.datasets.base import Dataset
@@ -47,7 +47,7 @@ def check_encoder_option(spec: str | None, option: str = "--encoder") -> None:
 
     None (the option not given) passes: the library default applies.
     """
-    from dtdr_agents.encoders import ENCODER_CHOICES, encoder_problem
+    from dtdr_agents.foundation.encoders import ENCODER_CHOICES, encoder_problem
 
     if spec is None:
         return

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dtdr_agents.bench import ABLATIONS, run_seeded
 from dtdr_agents.cli._common import (
     CLIError,
     add_split_arguments,
@@ -20,10 +19,8 @@ from dtdr_agents.cli._common import (
     split_ids,
 )
 from dtdr_agents.datasets.base import Dataset
-from dtdr_agents.encoders import default_cache_dir, get_encoder
-from dtdr_agents.planning.sources import bench_planner
-from dtdr_agents.progress import progress_bar
-from dtdr_agents.report import (
+from dtdr_agents.evaluation.bench import ABLATIONS, run_seeded
+from dtdr_agents.evaluation.report import (
     LEGEND,
     aggregate_ablations,
     build_report,
@@ -32,12 +29,15 @@ from dtdr_agents.report import (
     provenance,
     write_json,
 )
+from dtdr_agents.foundation.encoders import default_cache_dir, get_encoder
+from dtdr_agents.foundation.progress import progress_bar
+from dtdr_agents.planning.sources import bench_planner
 from dtdr_agents.retrievers import default_bench_ids
 
 
 def read_json_report(path: str) -> dict[str, Any]:
     """A JSON report file, with a clear error when it cannot be read."""
-    from dtdr_agents.docsync import ResultsError, read_json_object
+    from dtdr_agents.evaluation.docsync import ResultsError, read_json_object
 
     try:
         return read_json_object(Path(path))
@@ -74,7 +74,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     encoder = get_encoder(args.encoder, cache_dir=cache_dir)
     chat = None
     if args.chat_base_url or args.chat_model:
-        from dtdr_agents.chat import OpenAIChat
+        from dtdr_agents.foundation.chat import OpenAIChat
 
         chat = OpenAIChat(model=args.chat_model or "gpt-4o-mini", base_url=args.chat_base_url)
     ids = split_ids(args.retrievers, default_bench_ids())
@@ -142,7 +142,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         write_json(args.json, report)
         print(f"wrote {args.json}", file=sys.stderr)
     if args.plot:
-        from dtdr_agents.plots import plot_report
+        from dtdr_agents.evaluation.plots import plot_report
 
         plot_report(report, args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
@@ -176,7 +176,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise CLIError(f"{path}: --write and --check take a results folder, not one file")
     report = read_json_report(args.file)
     if report.get("kind") == "e2e":
-        from dtdr_agents.e2e import format_e2e_markdown
+        from dtdr_agents.evaluation.e2e import format_e2e_markdown
 
         print(format_e2e_markdown(report))
         return 0
@@ -185,7 +185,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _sync_docs(results: Path, args: argparse.Namespace) -> int:
-    from dtdr_agents.docsync import ResultsError, default_documents, loose_figures, sync
+    from dtdr_agents.evaluation.docsync import ResultsError, default_documents, loose_figures, sync
 
     documents = [Path(d) for d in args.docs] if args.docs else default_documents(Path(args.root))
     if not documents:

@@ -18,8 +18,8 @@ from dtdr_agents.cli._common import (
     positive_int,
     split_ids,
 )
-from dtdr_agents.encoders import default_cache_dir
-from dtdr_agents.progress import progress_bar
+from dtdr_agents.foundation.encoders import default_cache_dir
+from dtdr_agents.foundation.progress import progress_bar
 
 if TYPE_CHECKING:
     from dtdr_agents.retrievers import ToolRetriever
@@ -31,12 +31,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Fit the demo retrievers on the embedded demo data and print the comparison."""
     from dataclasses import replace
 
-    from dtdr_agents.bench import run_seeded
     from dtdr_agents.datasets.base import Dataset
     from dtdr_agents.datasets.split import split_demonstrations
     from dtdr_agents.datasets.synthetic import make_demo_dataset
-    from dtdr_agents.encoders import get_encoder
-    from dtdr_agents.report import LEGEND, build_report, format_table, provenance, write_json
+    from dtdr_agents.evaluation.bench import run_seeded
+    from dtdr_agents.evaluation.report import (
+        LEGEND,
+        build_report,
+        format_table,
+        provenance,
+        write_json,
+    )
+    from dtdr_agents.foundation.encoders import get_encoder
 
     check_encoder_option(args.encoder)
     data = make_demo_dataset(n=args.n, seed=args.seed)
@@ -91,7 +97,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     """Fit a retriever on a dataset and save it."""
     from dtdr_agents.datasets import load_dataset
     from dtdr_agents.datasets.stats import problem_summary
-    from dtdr_agents.persistence import check_save_target
+    from dtdr_agents.foundation.persistence import check_save_target
     from dtdr_agents.retrievers import make_retriever
 
     check_save_target(args.output)  # refuse a foreign -o folder before any work
@@ -155,7 +161,7 @@ def load_model(args: argparse.Namespace) -> ToolRetriever:
     """
     import shlex
 
-    from dtdr_agents.persistence import EncoderMismatchError
+    from dtdr_agents.foundation.persistence import EncoderMismatchError
     from dtdr_agents.retrievers import load_retriever
 
     check_encoder_option(args.encoder)
@@ -172,8 +178,8 @@ def load_model(args: argparse.Namespace) -> ToolRetriever:
 
 def cmd_rank(args: argparse.Namespace) -> int:
     """Rank the next tools with a saved retriever."""
-    from dtdr_agents.selection import SelectionPolicy, select
-    from dtdr_agents.types import as_history
+    from dtdr_agents.foundation.selection import SelectionPolicy, select
+    from dtdr_agents.foundation.types import as_history
 
     model = load_model(args)
     ranking = model.rank(args.query, args.history or (), ignore_unknown=args.ignore_unknown)
@@ -211,7 +217,7 @@ def cmd_rank(args: argparse.Namespace) -> int:
 
 def cmd_speed(args: argparse.Namespace) -> int:
     """Speed and memory benchmark of DTDR-C and DTDR-L."""
-    from dtdr_agents.perf import format_speed, run_speed
+    from dtdr_agents.evaluation.perf import format_speed, run_speed
 
     check_encoder_option(args.encoder)
     if args.startup:
@@ -227,7 +233,7 @@ def cmd_speed(args: argparse.Namespace) -> int:
     )
     print(format_speed(figures))
     if args.json:
-        from dtdr_agents.report import write_json
+        from dtdr_agents.evaluation.report import write_json
 
         write_json(args.json, figures)
     return 0
@@ -235,12 +241,12 @@ def cmd_speed(args: argparse.Namespace) -> int:
 
 def _speed_startup(args: argparse.Namespace) -> int:
     """`speed --startup`: the cold start of `dtdr-agents rank`, in fresh processes."""
-    from dtdr_agents.perf import format_startup, run_startup
+    from dtdr_agents.evaluation.perf import format_startup, run_startup
 
     figures = run_startup(args.model, repeats=args.repeats, encoder=args.encoder, seed=args.seed)
     print(format_startup(figures))
     if args.json:
-        from dtdr_agents.report import write_json
+        from dtdr_agents.evaluation.report import write_json
 
         write_json(args.json, figures)
     return 0
@@ -248,7 +254,7 @@ def _speed_startup(args: argparse.Namespace) -> int:
 
 def _speed_scale(args: argparse.Namespace) -> int:
     """`speed --catalogue-size`: the hybrid's fit, index and per-step latency by catalogue size."""
-    from dtdr_agents.perf import format_scale, run_scale
+    from dtdr_agents.evaluation.perf import format_scale, run_scale
 
     try:
         sizes = [int(s) for s in split_ids(args.catalogue_size, ())]
@@ -267,7 +273,7 @@ def _speed_scale(args: argparse.Namespace) -> int:
         raise CLIError(str(exc)) from exc
     print(format_scale(figures))
     if args.json:
-        from dtdr_agents.report import write_json
+        from dtdr_agents.evaluation.report import write_json
 
         write_json(args.json, figures)
     return 0

@@ -30,7 +30,7 @@ def _step_cache_path(args: argparse.Namespace, dataset: str) -> Path | None:
         return Path(args.step_cache)
     if args.json:
         return Path(f"{args.json}.steps.jsonl")
-    from dtdr_agents.encoders import default_cache_dir
+    from dtdr_agents.foundation.encoders import default_cache_dir
 
     model = re.sub(r"[^A-Za-z0-9_.-]", "_", args.model or "model")
     return default_cache_dir() / "e2e" / f"{dataset}-{model}.jsonl"
@@ -46,7 +46,7 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         raise CLIError("--concurrency and --k must be >= 1, --max-retries >= 0, --timeout > 0")
     if not 0.0 <= args.max_error_rate <= 1.0:  # NaN fails this too
         raise CLIError(f"--max-error-rate must be in [0, 1], got {args.max_error_rate}")
-    from dtdr_agents.e2e import (
+    from dtdr_agents.evaluation.e2e import (
         StepCache,
         dry_run_report,
         format_e2e_markdown,
@@ -54,10 +54,10 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         prepare_e2e,
         run_e2e,
     )
-    from dtdr_agents.encoders import default_cache_dir, get_encoder
-    from dtdr_agents.errors import EncoderUnavailableError
-    from dtdr_agents.prompting import get_token_counter
-    from dtdr_agents.report import write_json
+    from dtdr_agents.evaluation.report import write_json
+    from dtdr_agents.foundation.encoders import default_cache_dir, get_encoder
+    from dtdr_agents.foundation.errors import EncoderUnavailableError
+    from dtdr_agents.runtime.prompting import get_token_counter
 
     retrievers = split_ids(args.retrievers, DEFAULT_RETRIEVERS)
     modes = split_ids(args.modes, DEFAULT_MODES)
@@ -71,8 +71,8 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     )
     chat = None
     if not args.dry_run:
-        from dtdr_agents.chat import OpenAIChat
-        from dtdr_agents.retry import RetryPolicy
+        from dtdr_agents.foundation.chat import OpenAIChat
+        from dtdr_agents.foundation.retry import RetryPolicy
 
         chat = OpenAIChat(
             args.model,
@@ -111,7 +111,7 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     if chat is None:
         report = dry_run_report(plan, model=args.model, cache=cache)
     else:
-        from dtdr_agents.progress import progress_bar
+        from dtdr_agents.foundation.progress import progress_bar
 
         if cache is not None:
             print(f"step cache {cache_path} ({len(cache)} steps cached)", file=sys.stderr)
@@ -157,7 +157,7 @@ def cmd_e2e(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any) -> None:
     """Register `e2e`."""
-    from dtdr_agents.e2e import E2E_MODES
+    from dtdr_agents.evaluation.e2e import E2E_MODES
 
     e2e = sub.add_parser(
         "e2e",

@@ -13,9 +13,9 @@ from dtdr_agents.cli._common import CLIError
 def cmd_toolqp_speed(args: argparse.Namespace) -> int:
     """Time ToolQP's planning overhead beyond the encoder and print p50 / p99."""
     from dtdr_agents.datasets import load_train_test
-    from dtdr_agents.encoders import default_cache_dir, get_encoder
-    from dtdr_agents.planning.speed import format_overhead, measure_overhead
-    from dtdr_agents.report import write_json
+    from dtdr_agents.evaluation.report import write_json
+    from dtdr_agents.evaluation.toolqp_speed import format_overhead, measure_overhead
+    from dtdr_agents.foundation.encoders import default_cache_dir, get_encoder
     from dtdr_agents.retrievers import make_retriever
 
     if args.queries < 1:

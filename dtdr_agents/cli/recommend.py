@@ -38,10 +38,14 @@ def add_commands(sub: Any) -> None:
 
 def cmd_recommend_bench(args: argparse.Namespace) -> int:
     """Run the recommendation benchmark and print a Markdown table."""
-    from dtdr_agents.atomic import atomic_write_text
     from dtdr_agents.datasets import load_dataset, load_train_test
-    from dtdr_agents.encoders import default_cache_dir, get_encoder
-    from dtdr_agents.recommend.bench import format_scores, ptr_protocol_split, run_recommend_bench
+    from dtdr_agents.evaluation.recommend_bench import (
+        format_scores,
+        ptr_protocol_split,
+        run_recommend_bench,
+    )
+    from dtdr_agents.foundation.atomic import atomic_write_text
+    from dtdr_agents.foundation.encoders import default_cache_dir, get_encoder
 
     if args.protocol == "ptr":
         data = load_dataset(args.dataset, args.path)
@@ -56,7 +60,7 @@ def cmd_recommend_bench(args: argparse.Namespace) -> int:
     encoder = get_encoder(args.encoder, cache_dir=default_cache_dir())
     params: dict[str, Any] = {"encoder": encoder, "seed": args.seed}
     if args.chat_base_url or args.chat_model:
-        from dtdr_agents.chat import OpenAIChat
+        from dtdr_agents.foundation.chat import OpenAIChat
 
         params["chat_model"] = OpenAIChat(
             args.chat_model or "gpt-4o-mini", base_url=args.chat_base_url

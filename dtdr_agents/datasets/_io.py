@@ -21,8 +21,12 @@ from pathlib import Path
 from typing import IO, Any, Literal, cast
 
 from dtdr_agents.datasets.base import Problem
-from dtdr_agents.errors import DatasetFormatError, InvalidDemonstrationError, InvalidToolError
-from dtdr_agents.types import CallArguments, Demonstration, Tool, Toolset
+from dtdr_agents.foundation.errors import (
+    DatasetFormatError,
+    InvalidDemonstrationError,
+    InvalidToolError,
+)
+from dtdr_agents.foundation.types import CallArguments, Demonstration, Tool, Toolset
 
 UnknownTools = Literal["skip", "add", "error"]
 """What a loader does with a call to a tool missing from the published catalogue.

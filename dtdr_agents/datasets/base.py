@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from dtdr_agents.types import Demonstration, Toolset
+from dtdr_agents.foundation.types import Demonstration, Toolset
 
 
 @dataclass(frozen=True)

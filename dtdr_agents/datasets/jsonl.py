@@ -42,7 +42,7 @@ from dtdr_agents.datasets._io import (
 )
 from dtdr_agents.datasets.base import Dataset, Problem
 from dtdr_agents.datasets.plans import order_plan
-from dtdr_agents.errors import DatasetFormatError, InvalidDemonstrationError
+from dtdr_agents.foundation.errors import DatasetFormatError, InvalidDemonstrationError
 
 
 def load_jsonl(

@@ -13,7 +13,7 @@ import heapq
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from dtdr_agents.errors import InvalidDemonstrationError
+from dtdr_agents.foundation.errors import InvalidDemonstrationError
 
 
 class PlanCycleError(InvalidDemonstrationError):

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from dtdr_agents.datasets.base import Dataset
-from dtdr_agents.types import Demonstration
+from dtdr_agents.foundation.types import Demonstration
 
 
 def split_demonstrations(

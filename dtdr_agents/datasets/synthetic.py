@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dtdr_agents.datasets.base import Dataset
-from dtdr_agents.types import Demonstration, Tool, Toolset
+from dtdr_agents.foundation.types import Demonstration, Tool, Toolset
 
 __all__ = ["DEMO_INTENTS", "DEMO_TOOLS", "make_demo_dataset"]
 

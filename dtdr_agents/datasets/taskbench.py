@@ -73,8 +73,8 @@ from dtdr_agents.datasets._io import (
 )
 from dtdr_agents.datasets.base import Dataset
 from dtdr_agents.datasets.plans import PlanCycleError, order_plan
-from dtdr_agents.errors import DatasetFormatError
-from dtdr_agents.types import CallArguments, Tool
+from dtdr_agents.foundation.errors import DatasetFormatError
+from dtdr_agents.foundation.types import CallArguments, Tool
 
 DOMAINS = ("dailylifeapis", "huggingface", "multimedia")
 """The domain folders of the published benchmark (``data_<domain>``)."""

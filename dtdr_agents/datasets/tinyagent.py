@@ -54,7 +54,7 @@ from dtdr_agents.datasets._io import (
 )
 from dtdr_agents.datasets.base import Dataset
 from dtdr_agents.datasets.plans import PlanCycleError, order_plan
-from dtdr_agents.types import Tool
+from dtdr_agents.foundation.types import Tool
 
 JOIN = "join"
 """LLMCompiler's final action: the end of the plan."""

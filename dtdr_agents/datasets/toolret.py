@@ -40,7 +40,7 @@ from dtdr_agents.datasets._io import (
     resolve_unknown,
 )
 from dtdr_agents.datasets.base import Dataset
-from dtdr_agents.types import Demonstration
+from dtdr_agents.foundation.types import Demonstration
 
 QUERIES_FILE = "queries.json"
 """The queries file of a ToolRet task folder."""

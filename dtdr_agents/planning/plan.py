@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dtdr_agents.errors import DatasetFormatError
+from dtdr_agents.foundation.errors import DatasetFormatError
 from dtdr_agents.planning.prompts import PlanningError
 
 SOURCE_CHAT = "chat model"

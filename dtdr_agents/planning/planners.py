@@ -6,7 +6,8 @@ failure (`PlanningError`, `ChatModelError`, anything): `ToolQPRetriever` then fa
 its base retriever's single-shot ranking and says so.
 
 - `ChatPlanner`: the ToolQP-Prompting loop (paper 003, Fig. 14) with any chat model of the
-  core chat protocol (`dtdr_agents.chat`): LangChain chat models, `OpenAIChat`, test doubles.
+  core chat protocol (`dtdr_agents.foundation.chat`): LangChain chat models, `OpenAIChat`, test
+  doubles.
 - `ReplayPlanner`: recorded plans (a JSON-lines plans file, or plans in memory), so runs are
   repeatable offline.
 """
@@ -18,8 +19,8 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from dtdr_agents.chat import ChatModel, Message, ainvoke_text, invoke_text
-from dtdr_agents.errors import ChatModelError
+from dtdr_agents.foundation.chat import ChatModel, Message, ainvoke_text, invoke_text
+from dtdr_agents.foundation.errors import ChatModelError
 from dtdr_agents.planning.plan import (
     SOURCE_CHAT,
     Plan,
@@ -73,8 +74,8 @@ class ChatPlanner:
     (and raises if no query was written yet).
 
     Args:
-        chat_model: Anything with `invoke(messages)` (see `dtdr_agents.chat.ChatModel`); its
-            `ainvoke` is used by `aplan` when it has one.
+        chat_model: Anything with `invoke(messages)` (see `dtdr_agents.foundation.chat.ChatModel`);
+            its `ainvoke` is used by `aplan` when it has one.
         max_turns: Cap on chat calls per request (at least 2).
         feedback_k: Tools fed back after each query.
         recorder: A `PlanRecorder` (or a path) that appends every plan, so a live run can be

@@ -21,7 +21,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dtdr_agents.errors import DTDRError
+from dtdr_agents.foundation.errors import DTDRError
 
 FIG14_SYSTEM_PROMPT = (
     "You are an expert AI Planner. Your goal is to find the best tools to solve a user's query by "

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dtdr_agents.chat import ChatModel
 from dtdr_agents.datasets.base import Dataset
-from dtdr_agents.errors import DTDRError
+from dtdr_agents.foundation.chat import ChatModel
+from dtdr_agents.foundation.errors import DTDRError
 from dtdr_agents.planning.plan import SOURCE_INSTRUCTION, PlanRecorder, instruction_plans
 from dtdr_agents.planning.planners import ChatPlanner, Planner, ReplayPlanner
 

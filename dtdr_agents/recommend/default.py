@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dtdr_agents.foundation.selection import SelectionPolicy, select
+from dtdr_agents.foundation.types import END_OF_PLAN, Ranking
 from dtdr_agents.recommend.record import Recommendation, Stage
-from dtdr_agents.selection import SelectionPolicy, select
-from dtdr_agents.types import END_OF_PLAN, Ranking
 
 DEFAULT_POLICY = SelectionPolicy()
 """The selection policy a retriever without a set-size model recommends with."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from dtdr_agents.errors import NotFittedError
+from dtdr_agents.foundation.errors import NotFittedError
 
 TEMPERATURES = (0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2)
 """Kernel temperatures tried by `SetSizeModel.fit`."""

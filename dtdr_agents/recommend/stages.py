@@ -12,8 +12,8 @@ from typing import Literal
 
 import numpy as np
 
-from dtdr_agents.chat import ChatModel, invoke_text
-from dtdr_agents.errors import ChatModelError
+from dtdr_agents.foundation.chat import ChatModel, invoke_text
+from dtdr_agents.foundation.errors import ChatModelError
 from dtdr_agents.recommend.prompts import (
     MalformedAnswerError,
     matching_prompt,

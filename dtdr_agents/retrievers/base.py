@@ -21,8 +21,8 @@ from typing import Any, ClassVar, Self, TypeVar
 import numpy as np
 
 from dtdr_agents._version import __version__
-from dtdr_agents.checks import check_number
-from dtdr_agents.encoders import (
+from dtdr_agents.foundation.checks import check_number
+from dtdr_agents.foundation.encoders import (
     Encoder,
     FittableEncoder,
     TfidfEncoder,
@@ -30,14 +30,14 @@ from dtdr_agents.encoders import (
     get_encoder,
     is_builtin_encoder,
 )
-from dtdr_agents.errors import (
+from dtdr_agents.foundation.errors import (
     DTDRError,
     InvalidDemonstrationError,
     ModelLoadError,
     NotFittedError,
     UnknownToolError,
 )
-from dtdr_agents.persistence import (
+from dtdr_agents.foundation.persistence import (
     FORMAT,
     FORMAT_VERSION,
     EncoderMismatchError,
@@ -49,10 +49,10 @@ from dtdr_agents.persistence import (
     read_model,
     write_model,
 )
+from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Ranking, Toolset, as_history
 from dtdr_agents.recommend.default import recommend_from_ranking
 from dtdr_agents.recommend.record import Recommendation
 from dtdr_agents.retrievers.registry import class_by_name, register
-from dtdr_agents.types import END_OF_PLAN, Demonstration, Ranking, Toolset, as_history
 
 T = TypeVar("T")
 
@@ -179,7 +179,7 @@ class ToolRetriever(ABC):
     predicts_end: ClassVar[bool] = True
     """False for retrievers whose end-of-plan score is a constant base rate (they cannot tell
     when a plan is done); the evaluation protocol then judges their stop decision by its one
-    shared stop rule (`dtdr_agents.stop_rule`). A composite follows its base."""
+    shared stop rule (`dtdr_agents.evaluation.stop_rule`). A composite follows its base."""
     uses_encoder: ClassVar[bool] = True
     """Whether `fit` needs the sentence encoder."""
     accepts_no_demos: ClassVar[bool] = False
@@ -214,7 +214,7 @@ class ToolRetriever(ABC):
         """Check the constructor parameters; `fit` and `load` call it before anything else.
 
         A subclass extends it (calling `super()._check_params()`) with its own parameters,
-        each through `dtdr_agents.checks.check_number`, so NaN, a negative weight or a
+        each through `dtdr_agents.foundation.checks.check_number`, so NaN, a negative weight or a
         probability outside [0, 1] is an error naming the parameter.
 
         Raises:
@@ -502,9 +502,9 @@ class ToolRetriever(ABC):
 
         Tools share 1 - P(stop) by a softmax of their cosine similarity to the request (a
         composite: by its base's ranking); end-of-plan gets the zero-shot stop rule's P(stop)
-        (`dtdr_agents.stop_rule.zero_shot_stop_probability`), which follows the history.
+        (`dtdr_agents.foundation.clauses.zero_shot_stop_probability`), which follows the history.
         """
-        from dtdr_agents.stop_rule import zero_shot_stop_probability
+        from dtdr_agents.foundation.clauses import zero_shot_stop_probability
 
         end = zero_shot_stop_probability(query, len(history))
         explanation: dict[str, Any] = {

@@ -33,12 +33,12 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from dtdr_agents.chat import ChatModel, Message, invoke_text
-from dtdr_agents.checks import check_number
-from dtdr_agents.encoders import Encoder
-from dtdr_agents.errors import ChatModelError, ModelLoadError
+from dtdr_agents.foundation.chat import ChatModel, Message, invoke_text
+from dtdr_agents.foundation.checks import check_number
+from dtdr_agents.foundation.encoders import Encoder
+from dtdr_agents.foundation.errors import ChatModelError, ModelLoadError
+from dtdr_agents.foundation.types import Demonstration, Toolset
 from dtdr_agents.retrievers.base import PRIOR_TEMPERATURE, Scores, ToolRetriever, softmax
-from dtdr_agents.types import Demonstration, Toolset
 
 BM25_INSTALL_HINT = "pip install 'dtdr-agents[bench]'"
 """How to install `bm25s`, the BM25 implementation `BM25Retriever` uses."""
@@ -634,9 +634,10 @@ class LessIsMoreRetriever(_SimilarityRetriever):
     to Less-is-More's own per-tool search). If the chat model answers with no text, the query
     itself is embedded (vanilla QTS for that query; the explanation says so).
 
-    Any object with `invoke(messages)` works (see `dtdr_agents.chat.ChatModel`): a LangChain
-    chat model, `dtdr_agents.chat.OpenAIChat`, or a test double. Without one, `fit` and `rank`
-    raise `ChatModelError`; `unavailable_reason(chat_model=...)` says so beforehand.
+    Any object with `invoke(messages)` works (see `dtdr_agents.foundation.chat.ChatModel`): a
+    LangChain chat model, `dtdr_agents.foundation.chat.OpenAIChat`, or a test double. Without
+    one, `fit` and `rank` raise `ChatModelError`; `unavailable_reason(chat_model=...)` says so
+    beforehand.
 
     Persistence: a chat model cannot be saved; `save` records the other parameters and
     `LessIsMoreRetriever.load(path, chat_model=...)` requires one. A model loaded through the
@@ -681,7 +682,8 @@ class LessIsMoreRetriever(_SimilarityRetriever):
         if params.get("chat_model") is None:
             return (
                 "lim (Less-is-More) needs a chat model: pass chat_model= (a LangChain chat "
-                "model, dtdr_agents.chat.OpenAIChat(...), or any object with invoke(messages))"
+                "model, dtdr_agents.foundation.chat.OpenAIChat(...), or any object with "
+                "invoke(messages))"
             )
         return None
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Self
 
-from dtdr_agents.errors import NotFittedError
+from dtdr_agents.foundation.errors import NotFittedError
+from dtdr_agents.foundation.types import Demonstration, Toolset
 from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.retrievers.registry import make_retriever
-from dtdr_agents.types import Demonstration, Toolset
 
 
 class CompositeRetriever(ToolRetriever):

@@ -11,12 +11,12 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from dtdr_agents.checks import check_number
-from dtdr_agents.encoders import Encoder, VocabularyCheck
-from dtdr_agents.errors import ModelLoadError
+from dtdr_agents.foundation.checks import check_number
+from dtdr_agents.foundation.encoders import Encoder, VocabularyCheck
+from dtdr_agents.foundation.errors import ModelLoadError
+from dtdr_agents.foundation.types import Demonstration, Toolset
 from dtdr_agents.retrievers.base import Scores, ToolRetriever, check_quantile, check_threshold
 from dtdr_agents.retrievers.markov import GLOBAL, UNSEEN, MarkovTables, history_key
-from dtdr_agents.types import Demonstration, Toolset
 
 
 def _loo_centroid_distances(x: np.ndarray, labels: np.ndarray, centroids: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ rank); with few, the combiner is pulled towards that prior (a penalty on how muc
 change the scores), so the hybrid moves from zero-shot to learned as demonstrations arrive.
 
 Large catalogues: the step's candidates are the top tools by BM25 and by dense similarity
-(`dtdr_agents.index.CandidateIndex`: exact up to a threshold, HNSW beyond), the chains'
+(`dtdr_agents.retrievers.index.CandidateIndex`: exact up to a threshold, HNSW beyond), the chains'
 successors of the history, DTDR-L's top tools and end-of-plan. Other tools share a tiny
 probability mass, so the cost of a step after the first does not grow with the catalogue
 beyond filling the output vector.
@@ -37,18 +37,18 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from dtdr_agents.checks import check_number
-from dtdr_agents.clauses import request_clauses
-from dtdr_agents.encoders import Encoder
-from dtdr_agents.errors import ModelLoadError
-from dtdr_agents.index import EXACT_LIMIT, CandidateIndex
+from dtdr_agents.foundation.checks import check_number
+from dtdr_agents.foundation.clauses import request_clauses
+from dtdr_agents.foundation.encoders import Encoder
+from dtdr_agents.foundation.errors import ModelLoadError
+from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Toolset
 from dtdr_agents.retrievers.base import Scores, ToolRetriever, softmax
 from dtdr_agents.retrievers.baselines import BM25Retriever
 from dtdr_agents.retrievers.dtdr_c import DTDRC
+from dtdr_agents.retrievers.index import EXACT_LIMIT, CandidateIndex
 from dtdr_agents.retrievers.linear import DTDRL
 from dtdr_agents.retrievers.markov import GLOBAL, UNSEEN, history_key
-from dtdr_agents.tool_graph import ToolGraph, given_edges
-from dtdr_agents.types import END_OF_PLAN, Demonstration, Toolset
+from dtdr_agents.retrievers.tool_graph import ToolGraph, given_edges
 
 FEATURES: tuple[str, ...] = (
     # zero-shot, per tool
@@ -271,8 +271,8 @@ class HybridRetriever(ToolRetriever):
         seed: Seed of the folds, k-means and DTDR-L.
         graph: A tool dependency graph to use while demonstrations are too few to cross-fit
             (TaskBench ``graph_desc.json`` data, a networkx-like graph, or an edge list: see
-            `dtdr_agents.tool_graph.ToolGraph.from_given`; tools outside the catalogue are
-            skipped with a warning), kept as a plain edge list (`given_edges`) so that it
+            `dtdr_agents.retrievers.tool_graph.ToolGraph.from_given`; tools outside the catalogue
+            are skipped with a warning), kept as a plain edge list (`given_edges`) so that it
             saves with the model. None: the graph derived from the catalogue's schemas and
             descriptions (`ToolGraph.from_catalogue`). Ignored once the combiner is
             cross-fitted.
@@ -757,9 +757,9 @@ class HybridRetriever(ToolRetriever):
         tool already called has spent its relevance to the request: its BM25 and dense terms
         are the last candidate's, so only an open sub-goal can bring it back. End-of-plan gets
         the shared zero-shot stop probability (calls made against clauses stated,
-        `dtdr_agents.stop_rule.zero_shot_stop_probability`), never a base rate.
+        `dtdr_agents.foundation.clauses.zero_shot_stop_probability`), never a base rate.
         """
-        from dtdr_agents.stop_rule import zero_shot_stop_probability
+        from dtdr_agents.foundation.clauses import zero_shot_stop_probability
 
         labels, x = self._step_features(query, history)
         cands = labels[:-1]  # the last label is end-of-plan

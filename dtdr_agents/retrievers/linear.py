@@ -11,9 +11,10 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from dtdr_agents.checks import check_number, check_probability
-from dtdr_agents.encoders import Encoder, TokenLimited, VocabularyCheck, token_limit
-from dtdr_agents.errors import ModelLoadError
+from dtdr_agents.foundation.checks import check_number, check_probability
+from dtdr_agents.foundation.encoders import Encoder, TokenLimited, VocabularyCheck, token_limit
+from dtdr_agents.foundation.errors import ModelLoadError
+from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Toolset
 from dtdr_agents.retrievers.base import (
     Scores,
     ToolRetriever,
@@ -21,7 +22,6 @@ from dtdr_agents.retrievers.base import (
     check_threshold,
     softmax,
 )
-from dtdr_agents.types import END_OF_PLAN, Demonstration, Toolset
 
 HistoryMode = Literal["text", "structured", "none"]
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from dtdr_agents.errors import ModelLoadError
+from dtdr_agents.foundation.errors import ModelLoadError
 
 START = -1
 """Label of the 'start' padding symbol."""

@@ -15,11 +15,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from dtdr_agents.checks import check_number
-from dtdr_agents.encoders import Encoder, get_encoder
-from dtdr_agents.errors import ModelLoadError
+from dtdr_agents.foundation.checks import check_number
+from dtdr_agents.foundation.encoders import Encoder, get_encoder
+from dtdr_agents.foundation.errors import ModelLoadError
+from dtdr_agents.foundation.types import Demonstration, Toolset
 from dtdr_agents.retrievers.base import Scores, ToolRetriever
-from dtdr_agents.types import Demonstration, Toolset
 
 PEER_INSTALL_HINT = "pip install 'dtdr-agents[peer]'"
 """How to install the peer retrievers' packages."""

@@ -30,10 +30,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from dtdr_agents.chat import ChatModel
-from dtdr_agents.checks import check_number
-from dtdr_agents.encoders import Encoder, get_encoder
-from dtdr_agents.errors import ChatModelError, NotFittedError
+from dtdr_agents.foundation.chat import ChatModel
+from dtdr_agents.foundation.checks import check_number
+from dtdr_agents.foundation.encoders import Encoder, get_encoder
+from dtdr_agents.foundation.errors import ChatModelError, NotFittedError
+from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Ranking, Toolset, as_history
 from dtdr_agents.recommend.prompts import MalformedAnswerError
 from dtdr_agents.recommend.record import Recommendation, Stage
 from dtdr_agents.recommend.size import SetSizeModel, unit_rows
@@ -47,7 +48,6 @@ from dtdr_agents.recommend.stages import (
 )
 from dtdr_agents.retrievers.base import Scores, ToolRetriever
 from dtdr_agents.retrievers.composite import CompositeRetriever
-from dtdr_agents.types import END_OF_PLAN, Demonstration, Ranking, Toolset, as_history
 
 FEATURES = ("base_p", "base_rr", "bundle", "vote", "views", "similarity")
 """The per-tool evidence the offline path combines (see the module docstring)."""

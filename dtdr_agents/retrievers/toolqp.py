@@ -31,14 +31,14 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from dtdr_agents.checks import check_number
-from dtdr_agents.errors import ModelLoadError
+from dtdr_agents.foundation.checks import check_number
+from dtdr_agents.foundation.errors import ModelLoadError
+from dtdr_agents.foundation.types import Demonstration, Ranking, Toolset, as_history
 from dtdr_agents.planning.fusion import FUSIONS, RRF_K, Fusion, fuse
 from dtdr_agents.planning.plan import Plan
 from dtdr_agents.planning.planners import FEEDBACK_K, ClausePlanner, Planner, ReplayPlanner
 from dtdr_agents.retrievers.base import Scores, ToolRetriever
 from dtdr_agents.retrievers.composite import CompositeRetriever
-from dtdr_agents.types import Demonstration, Ranking, Toolset, as_history
 
 PLANNER_TIMEOUT = 60.0
 """Default bound, in seconds, on planning one request (all the planner's turns)."""

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from dtdr_agents.foundation.selection import SelectionPolicy
 from dtdr_agents.runtime import BindingPolicy, StepRecord, run_report
-from dtdr_agents.selection import SelectionPolicy
 from langchain_dtdr.messages import NoRequestError, Turn, current_turn, is_final_answer
 from langchain_dtdr.recording import DTDRRecorderCallback, record_turn
 from langchain_dtdr.retrievers import DTDRRetriever

@@ -34,7 +34,7 @@ from langchain_core.messages import SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.types import Command
 
-from dtdr_agents.prompting import TokenCounter
+from dtdr_agents.foundation.selection import SelectionPolicy
 from dtdr_agents.runtime import (
     UNSET,
     AgentMode,
@@ -47,7 +47,7 @@ from dtdr_agents.runtime import (
     resolve_policies,
     unwrap_retriever,
 )
-from dtdr_agents.selection import SelectionPolicy
+from dtdr_agents.runtime.prompting import TokenCounter
 from langchain_dtdr.messages import current_turn
 from langchain_dtdr.selector import (
     ToolLike,

@@ -17,9 +17,9 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 
-from dtdr_agents.errors import DTDRError
-from dtdr_agents.recording import DemonstrationRecorder
-from dtdr_agents.types import Demonstration
+from dtdr_agents.foundation.errors import DTDRError
+from dtdr_agents.foundation.types import Demonstration
+from dtdr_agents.runtime.recording import DemonstrationRecorder
 from langchain_dtdr.messages import NoRequestError, Turn, current_turn
 
 __all__ = ["DTDRRecorderCallback", "record_turn"]
@@ -35,7 +35,7 @@ def record_turn(
     """Record the last turn of `messages` if it finished with an answer.
 
     Tool calls of one AI message are recorded as parallel calls (see
-    `dtdr_agents.recording.plan_from_steps`).
+    `dtdr_agents.runtime.recording.plan_from_steps`).
 
     Args:
         recorder: Where to append.

@@ -16,12 +16,12 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, field_validator
 
-from dtdr_agents.encoders import Encoder
+from dtdr_agents.foundation.encoders import Encoder
+from dtdr_agents.foundation.selection import SelectionPolicy, select
+from dtdr_agents.foundation.types import Demonstration, Ranking, Toolset, as_history
 from dtdr_agents.retrievers import make_retriever
 from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.runtime import DEFAULT_RETRIEVER
-from dtdr_agents.selection import SelectionPolicy, select
-from dtdr_agents.types import Demonstration, Ranking, Toolset, as_history
 from langchain_dtdr.selector import unwrap_retriever
 
 __all__ = ["END_OF_PLAN_CONTENT", "DTDRRetriever"]

@@ -16,8 +16,8 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolC
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 
-from dtdr_agents.errors import UnknownToolError
-from dtdr_agents.prompting import TokenCounter
+from dtdr_agents.foundation.errors import UnknownToolError
+from dtdr_agents.foundation.selection import SelectionPolicy
 from dtdr_agents.runtime import (
     BindingPolicy,
     CatalogueMismatchError,
@@ -31,7 +31,7 @@ from dtdr_agents.runtime import (
     rejection_text,
     unwrap_retriever,
 )
-from dtdr_agents.selection import SelectionPolicy
+from dtdr_agents.runtime.prompting import TokenCounter
 
 __all__ = [
     "REJECTED_MARK",

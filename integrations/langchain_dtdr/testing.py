@@ -25,9 +25,9 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field, PrivateAttr
 
+from dtdr_agents.foundation.types import Demonstration, Tool, Toolset
 from dtdr_agents.retrievers import make_retriever
 from dtdr_agents.retrievers.base import ToolRetriever
-from dtdr_agents.types import Demonstration, Tool, Toolset
 from langchain_dtdr.messages import NoRequestError, current_turn
 
 __all__ = [

@@ -28,9 +28,9 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from dtdr_agents.encoders import Encoder, get_encoder
-from dtdr_agents.errors import DTDRError
-from dtdr_agents.types import Toolset
+from dtdr_agents.foundation.encoders import Encoder, get_encoder
+from dtdr_agents.foundation.errors import DTDRError
+from dtdr_agents.foundation.types import Toolset
 
 NAME_KEY = "tool_name"
 """Metadata field that holds a tool's name in the store."""
@@ -46,7 +46,7 @@ class EncoderEmbeddings(Embeddings):
     Use it for the store so that its similarities match the retriever's own.
 
     Args:
-        encoder: Encoder spec or object (see `dtdr_agents.encoders.get_encoder`).
+        encoder: Encoder spec or object (see `dtdr_agents.foundation.encoders.get_encoder`).
     """
 
     def __init__(self, encoder: str | Encoder | None = "default") -> None:

@@ -11,8 +11,8 @@
 
 from __future__ import annotations
 
+from dtdr_agents.foundation.selection import SelectionPolicy
 from dtdr_agents.runtime import BindingPolicy, StepRecord, run_report
-from dtdr_agents.selection import SelectionPolicy
 from langchain_dtdr.selector import ToolSelector, ToolStep
 from langgraph_dtdr.agent import (
     DTDRAgentState,

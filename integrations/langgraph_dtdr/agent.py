@@ -33,8 +33,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from dtdr_agents.prompting import TokenCounter
-from dtdr_agents.recording import DemonstrationRecorder
+from dtdr_agents.foundation.selection import SelectionPolicy
 from dtdr_agents.runtime import (
     UNSET,
     AgentMode,
@@ -47,7 +46,8 @@ from dtdr_agents.runtime import (
     merge_selection_records,
     resolve_policies,
 )
-from dtdr_agents.selection import SelectionPolicy
+from dtdr_agents.runtime.prompting import TokenCounter
+from dtdr_agents.runtime.recording import DemonstrationRecorder
 from langchain_dtdr.messages import current_turn
 from langchain_dtdr.recording import record_turn
 from langchain_dtdr.selector import (

@@ -10,8 +10,8 @@
 
 from __future__ import annotations
 
+from dtdr_agents.foundation.selection import SelectionPolicy
 from dtdr_agents.runtime import BindingPolicy, StepRecord, run_report
-from dtdr_agents.selection import SelectionPolicy
 from llama_index_dtdr.agent import RECORDS_KEY, DTDRFunctionAgent
 from llama_index_dtdr.retriever import DTDRObjectRetriever, core_tool
 

@@ -29,7 +29,7 @@ from llama_index.core.tools.types import BaseTool
 from llama_index.core.workflow import Context
 from pydantic import PrivateAttr
 
-from dtdr_agents.prompting import TokenCounter
+from dtdr_agents.foundation.selection import SelectionPolicy
 from dtdr_agents.runtime import (
     UNSET,
     AgentMode,
@@ -40,7 +40,7 @@ from dtdr_agents.runtime import (
     merge_selection_records,
     rejection_text,
 )
-from dtdr_agents.selection import SelectionPolicy
+from dtdr_agents.runtime.prompting import TokenCounter
 from llama_index_dtdr.retriever import DTDRObjectRetriever, name_map
 
 __all__ = ["RECORDS_KEY", "DTDRFunctionAgent"]

@@ -17,8 +17,9 @@ from llama_index.core.objects.tool_node_mapping import SimpleToolNodeMapping, co
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.tools.types import BaseTool
 
-from dtdr_agents.errors import InvalidToolError, UnknownToolError
-from dtdr_agents.prompting import TokenCounter
+from dtdr_agents.foundation.errors import InvalidToolError, UnknownToolError
+from dtdr_agents.foundation.selection import SelectionPolicy
+from dtdr_agents.foundation.types import Tool
 from dtdr_agents.runtime import (
     UNSET,
     AgentMode,
@@ -29,8 +30,7 @@ from dtdr_agents.runtime import (
     check_tool_list,
     resolve_policies,
 )
-from dtdr_agents.selection import SelectionPolicy
-from dtdr_agents.types import Tool
+from dtdr_agents.runtime.prompting import TokenCounter
 
 __all__ = ["DTDRObjectRetriever", "core_tool", "model_name", "name_map"]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from llama_index.core.tools import FunctionTool, ToolMetadata
 
-from dtdr_agents.types import Tool, Toolset
+from dtdr_agents.foundation.types import Tool, Toolset
 
 __all__ = ["SchemaToolMetadata", "llama_tools"]
 

@@ -56,7 +56,9 @@ from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
-from dtdr_agents.errors import DTDRError
+from dtdr_agents.foundation.errors import DTDRError
+from dtdr_agents.foundation.selection import SelectionPolicy, select
+from dtdr_agents.foundation.types import Tool, Toolset
 from dtdr_agents.retrievers import load_retriever, make_retriever
 from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.runtime import (
@@ -67,8 +69,6 @@ from dtdr_agents.runtime import (
     check_int,
     fitted_tools,
 )
-from dtdr_agents.selection import SelectionPolicy, select
-from dtdr_agents.types import Tool, Toolset
 
 __all__ = [
     "SEARCH_TOOLS",

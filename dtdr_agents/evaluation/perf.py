@@ -1,0 +1,459 @@
+"""Speed and memory benchmark: fit time with embeddings, per-step rank latency, peak memory.
+
+Run with `dtdr-agents speed`. Figures are measured on the embedded demo data; the query
+embeddings are cached before ranking is timed (a real agent encodes the request once).
+`dtdr-agents speed --startup` times the cold start of `dtdr-agents rank` in fresh processes.
+"""
+
+from __future__ import annotations
+
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dtdr_agents.foundation.encoders import CachedEncoder, SentenceTransformerEncoder, get_encoder
+from dtdr_agents.foundation.types import Demonstration, Tool, Toolset
+from dtdr_agents.retrievers import DTDRC, DTDRL, ToolRetriever
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _percentiles(ms: Sequence[float]) -> dict[str, float]:
+    arr = np.asarray(ms, dtype=np.float64)
+    return {
+        "p50_ms": float(np.percentile(arr, 50)),
+        "p99_ms": float(np.percentile(arr, 99)),
+        "mean_ms": float(arr.mean()),
+        "n": len(ms),
+    }
+
+
+def _time_steps(
+    model: ToolRetriever,
+    demos: Sequence[Demonstration],
+    keep: Callable[[int], bool] = lambda step: True,
+) -> list[float]:
+    """Milliseconds of each `rank` call over the teacher-forced steps whose index passes `keep`."""
+    out: list[float] = []
+    for demo in demos:
+        for step_i, step in enumerate(demo.steps()):
+            if not keep(step_i):
+                continue
+            t0 = time.perf_counter()
+            model.rank(demo.query, step.history)
+            out.append((time.perf_counter() - t0) * 1000.0)
+    return out
+
+
+def run_speed(
+    *,
+    n_demos: int = 10000,
+    n_queries: int = 300,
+    encoder: str = "default",
+    seed: int = 0,
+    include_text_fit: bool = True,
+    text_fit_demos: int = 1000,
+) -> dict[str, Any]:
+    """Measure fit time, per-step latency and peak memory of DTDR-C and both DTDR-L variants."""
+    from dtdr_agents.datasets.synthetic import make_demo_dataset
+
+    data = make_demo_dataset(n=n_demos + n_queries, seed=seed)
+    train, test = list(data.demos[:n_demos]), list(data.demos[n_demos:])
+    t0 = time.perf_counter()
+    if encoder == "tfidf":
+        enc: Any = get_encoder("tfidf")
+    else:  # a fresh cache so that fit really computes every embedding
+        enc = CachedEncoder(SentenceTransformerEncoder(encoder))
+        enc.encode(["warm-up"])
+    load_s = time.perf_counter() - t0
+
+    figures: dict[str, Any] = {
+        "machine": {"python": platform.python_version(), "cpus": _cpu_count()},
+        "n_demos": n_demos,
+        "n_test_queries": len(test),
+        "n_tools": len(data.tools),
+        "encoder": enc.id,
+        "encoder_load_s": load_s,
+    }
+    t0 = time.perf_counter()
+    dtdr_c = DTDRC(encoder=enc, seed=seed).fit(train, data.tools)
+    fit_c = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    dtdr_ls = DTDRL(history="structured", encoder=enc, seed=seed).fit(train, data.tools)
+    fit_ls = time.perf_counter() - t0
+    figures["fit_s"] = {
+        "dtdr-c (incl. query embeddings)": fit_c,
+        "dtdr-l structured (query embeddings shared)": fit_ls,
+        "dtdr-c + dtdr-l structured": fit_c + fit_ls,
+    }
+    n_text = n_demos if include_text_fit else min(text_fit_demos, n_demos)
+    t0 = time.perf_counter()
+    dtdr_lt = DTDRL(history="text", encoder=enc, seed=seed).fit(train[:n_text], data.tools)
+    figures["fit_s"][f"dtdr-l text on {n_text} demos (incl. step embeddings)"] = (
+        time.perf_counter() - t0
+    )
+
+    enc.encode([d.query for d in test])  # the request is encoded once per query
+    figures["rank"] = {
+        "dtdr-c per step": _percentiles(_time_steps(dtdr_c, test)),
+        "dtdr-l text per step (encodes query + history)": _percentiles(_time_steps(dtdr_lt, test)),
+        "dtdr-l structured, first step": _percentiles(_time_steps(dtdr_ls, test, lambda s: s == 0)),
+        "dtdr-l structured, later steps": _percentiles(_time_steps(dtdr_ls, test, lambda s: s > 0)),
+    }
+    figures["peak_rss_mb"] = _peak_rss_mb()
+    return figures
+
+
+def _cpu_count() -> int:
+    import os
+
+    return (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
+
+
+def format_speed(figures: dict[str, Any]) -> str:
+    """Human-readable lines of `run_speed` figures."""
+    lines = [
+        f"speed benchmark: {figures['n_demos']} demonstrations, {figures['n_tools']} tools, "
+        f"{figures['n_test_queries']} test queries, encoder {figures['encoder']}, "
+        f"{figures['machine']['cpus']} CPUs",
+        f"encoder load: {figures['encoder_load_s']:.1f} s",
+        "fit (seconds):",
+    ]
+    lines += [f"  {name}: {value:.1f}" for name, value in figures["fit_s"].items()]
+    lines.append("rank latency per step (query embedding cached):")
+    for name, p in figures["rank"].items():
+        lines.append(
+            f"  {name}: p50 {p['p50_ms']:.3f} ms, p99 {p['p99_ms']:.3f} ms, "
+            f"mean {p['mean_ms']:.3f} ms "
+            f"(n={p['n']})"
+        )
+    lines.append(f"peak memory (max RSS): {figures['peak_rss_mb']:.0f} MB")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------- catalogue scaling
+VARIATION_QUALIFIERS = (
+    "for enterprise accounts",
+    "for the EU region",
+    "for the US region",
+    "in batch mode",
+    "with response caching",
+    "through the legacy v1 API",
+    "through the v2 API",
+    "for mobile clients",
+    "with strict input validation",
+    "for sandbox testing",
+    "with pagination",
+    "for internal dashboards",
+    "with audit logging",
+    "for read-only access",
+    "with retries on timeout",
+    "for partner integrations",
+)
+"""Phrases a seeded variation appends to a real tool description (two per variant)."""
+
+
+def real_tool_descriptions(
+    datasets_dir: str | Path,
+) -> tuple[Toolset, list[Demonstration], list[Demonstration]]:
+    """Real tools (Seal-Tools, then ToolRet's tasks) and Seal-Tools' dev / test plans.
+
+    Tools with the same name are kept once (the first). Tools the Seal-Tools plans call come
+    first, so every catalogue size that holds them can use those plans.
+    """
+    from dtdr_agents.datasets import load_dataset
+
+    root = Path(datasets_dir).expanduser()
+    seal = root / "sealtools"
+    if not seal.is_dir():
+        raise FileNotFoundError(
+            f"{seal}: the scale benchmark builds its catalogues from Seal-Tools (and ToolRet); "
+            "pass --datasets DIR, the folder holding sealtools/ and toolret/"
+        )
+    dev = load_dataset("sealtools", seal, split="dev")
+    test = load_dataset("sealtools", seal, split="test_in_domain")
+    tools: dict[str, Tool] = {}
+    called = [c for d in (*dev.demos, *test.demos) for c in d.calls]
+    for name in dict.fromkeys(called):
+        tools[name] = dev.tools[dev.tools.index(name)]
+    for tool in dev.tools:
+        tools.setdefault(tool.name, tool)
+    toolret = root / "toolret"
+    if toolret.is_dir():
+        for task in sorted(p for p in toolret.iterdir() if p.is_dir()):
+            for tool in load_dataset("toolret", task).tools:
+                tools.setdefault(tool.name, tool)
+    return Toolset(tools.values()), list(dev.demos), list(test.demos)
+
+
+def expand_catalogue(base: Toolset, size: int, seed: int = 0) -> Toolset:
+    """`size` tools: the real ones first, then seeded variations of them.
+
+    Variant `v` of real tool `t` is named `<t>__v<v>` and described as t's description plus two
+    qualifiers drawn (seeded) from `VARIATION_QUALIFIERS` and its variant number, so every
+    description is distinct and realistic in length and vocabulary.
+    """
+    if size <= len(base):
+        return Toolset(list(base)[:size])
+    rng = np.random.default_rng(seed)
+    out = list(base)
+    n_base = len(base)
+    i = 0
+    while len(out) < size:
+        src = base[i % n_base]
+        variant = i // n_base + 1
+        a, b = rng.choice(len(VARIATION_QUALIFIERS), size=2, replace=False)
+        desc = (
+            f"{src.description} ({VARIATION_QUALIFIERS[int(a)]}, "
+            f"{VARIATION_QUALIFIERS[int(b)]}; variant {variant})"
+        )
+        out.append(Tool(name=f"{src.name}__v{variant}", description=desc))
+        i += 1
+    return Toolset(out)
+
+
+def _scale_one(
+    size: int, datasets_dir: str, encoder: str, cache_dir: str | None, n_queries: int, seed: int
+) -> dict[str, Any]:
+    """One catalogue size, measured in its own process (so peak RSS is this size's)."""
+    from dtdr_agents.foundation.encoders import get_encoder
+    from dtdr_agents.retrievers.hybrid import HybridRetriever
+
+    base, dev, test = real_tool_descriptions(datasets_dir)
+    tools = expand_catalogue(base, size, seed=seed)
+    keep = [d for d in dev if all(tools.has(c) for c in d.calls)]
+    queries = [d for d in test if all(tools.has(c) for c in d.calls)][:n_queries]
+    enc = get_encoder(encoder, cache_dir=cache_dir)
+    t0 = time.perf_counter()
+    model = HybridRetriever(encoder=enc, seed=seed).fit(keep, tools)
+    fit_s = time.perf_counter() - t0
+    index_s = model.index_s_  # the candidate stage's build, timed inside fit
+    enc.encode([d.query for d in queries])  # a real agent encodes the request once
+    times: list[float] = []
+    for demo in queries:
+        steps = demo.steps()
+        model.rank(demo.query, steps[0].history)  # the first step encodes and gathers candidates
+        for step in steps[1:]:
+            t1 = time.perf_counter()
+            model.rank(demo.query, step.history)
+            times.append((time.perf_counter() - t1) * 1000.0)
+    arr = np.asarray(times) if times else np.zeros(1)
+    return {
+        "n_tools": len(tools),
+        "n_real_tools": min(len(base), size),
+        "n_demos": len(keep),
+        "n_timed_steps": len(times),
+        "index": model.index_.kind,
+        "fit_s": fit_s,
+        "index_s": index_s,
+        "rank_ms_p50": float(np.percentile(arr, 50)),
+        "rank_ms_p99": float(np.percentile(arr, 99)),
+        "peak_rss_mb": _peak_rss_mb(),
+    }
+
+
+def run_scale(
+    sizes: Sequence[int],
+    *,
+    datasets_dir: str | Path,
+    encoder: str = "default",
+    cache_dir: str | Path | None = None,
+    n_queries: int = 300,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Fit `hybrid` on catalogues of each size and time its steps after the first.
+
+    Catalogues: the real tools of Seal-Tools and ToolRet (`real_tool_descriptions`), expanded
+    by `expand_catalogue`. Demonstrations: Seal-Tools `dev` plans whose tools are in the
+    catalogue; timed requests: `test_in_domain` plans. Each size runs in a fresh process.
+
+    Returns:
+        `{"sizes": {"<n>": {"fit_s", "index_s", "rank_ms_p50", "rank_ms_p99", "peak_rss_mb",
+        ...}}, "machine": ..., "encoder": ...}`.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    bad = [s for s in sizes if int(s) < 1]
+    if bad or not sizes:
+        raise ValueError(f"catalogue sizes must be integers >= 1, got {list(sizes)}")
+    out: dict[str, Any] = {
+        "machine": {"python": platform.python_version(), "cpus": _cpu_count()},
+        "encoder": encoder,
+        "sizes": {},
+    }
+    ctx = multiprocessing.get_context("spawn")
+    for size in sizes:
+        with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+            fut = pool.submit(
+                _scale_one,
+                int(size),
+                str(datasets_dir),
+                encoder,
+                None if cache_dir is None else str(cache_dir),
+                n_queries,
+                seed,
+            )
+            out["sizes"][str(int(size))] = fut.result()
+    return out
+
+
+def format_scale(figures: dict[str, Any]) -> str:
+    """Human-readable table of `run_scale` figures."""
+    lines = [
+        f"scale benchmark: hybrid, encoder {figures['encoder']}, {figures['machine']['cpus']} CPUs",
+        "tools    real  demos  index  fit_s  index_s  rank_ms_p50  rank_ms_p99  peak_rss_mb",
+    ]
+    for n, f in figures["sizes"].items():
+        lines.append(
+            f"{n:<8} {f['n_real_tools']:<5} {f['n_demos']:<6} {f['index']:<6} {f['fit_s']:<6.1f} "
+            f"{f['index_s']:<8.3f} {f['rank_ms_p50']:<12.3f} {f['rank_ms_p99']:<12.3f} "
+            f"{f['peak_rss_mb']:.0f}"
+        )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- cold start
+STARTUP_TARGET_S = 5.0
+"""The cold start `dtdr-agents rank` should stay under (p50 of fresh processes)."""
+
+_ENCODER_ALONE = (
+    "import sys\n"
+    "from dtdr_agents.cli import process_gc\n"
+    "from dtdr_agents.foundation.encoders import get_encoder\n"
+    "with process_gc():\n"
+    "    get_encoder(sys.argv[1]).encode(['warm-up'])\n"
+)
+"""A process that only imports, loads and runs the encoder: the floor of a `rank`."""
+
+
+def _wall_times(argv: Sequence[str], repeats: int) -> list[float]:
+    """Wall seconds of `repeats` fresh processes running `argv` (each must succeed)."""
+    out: list[float] = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        out.append(time.perf_counter() - t0)
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"{' '.join(argv[:4])} ... exited {done.returncode}: {done.stderr[-800:]}"
+            )
+    return out
+
+
+def _fit_startup_model(folder: Path, encoder: str, seed: int) -> tuple[str, float]:
+    """Fit `hybrid` on 200 generated demonstrations into `folder`; (a held-out query, fit s)."""
+    from dtdr_agents.datasets.synthetic import make_demo_dataset
+    from dtdr_agents.retrievers import make_retriever
+
+    data = make_demo_dataset(n=201, seed=seed)
+    t0 = time.perf_counter()
+    model = make_retriever("hybrid", encoder=encoder, seed=seed).fit(data.demos[:200], data.tools)
+    fit_s = time.perf_counter() - t0
+    model.save(folder)
+    return data.demos[200].query, fit_s
+
+
+def run_startup(
+    model_dir: str | Path | None = None,
+    *,
+    query: str | None = None,
+    repeats: int = 5,
+    encoder: str = "default",
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Time the cold start of `python -m dtdr_agents rank` in fresh processes (wall time).
+
+    Three figures, `repeats` processes each, after one untimed `rank` (so the operating
+    system's file cache is warm, as after any first run): the interpreter and the CLI
+    (`--version`), the model's encoder alone (import, load, encode one text: what `rank`
+    cannot go below; not timed for a TF-IDF model, whose encoder is in the model), and `rank`
+    end to end.
+
+    Args:
+        model_dir: A saved model; None fits `hybrid` on 200 generated demonstrations with
+            `encoder` into a temporary folder first.
+        query: The request ranked (default: a held-out generated request, or a fixed one).
+        repeats: Processes per figure.
+        encoder: Encoder of the fitted model when `model_dir` is None.
+        seed: Seed of the generated demonstrations.
+
+    Returns:
+        `{"rank_s": [...], "rank_p50_s", "cli_s": [...], "cli_p50_s", "encoder_s": [...] or
+        None, "encoder_p50_s", "target_s", "model", "retriever", "encoder", "fit_s", ...}`.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    with tempfile.TemporaryDirectory(prefix="dtdr-startup-") as tmp:
+        fit_s = None
+        if model_dir is None:
+            model_dir = Path(tmp) / "model"
+            held_out, fit_s = _fit_startup_model(Path(model_dir), encoder, seed)
+            query = query or held_out
+        from dtdr_agents.foundation.persistence import read_model
+
+        manifest = read_model(model_dir).manifest
+        info = manifest.get("encoder") or {}
+        python = [sys.executable, "-m", "dtdr_agents"]
+        rank = [*python, "rank", "--model", str(model_dir), "--query"]
+        rank.append(query or "Summarize q3.pdf and email it to Ana")
+        _wall_times(rank, 1)  # untimed: warms the file cache
+        cli_s = _wall_times([*python, "--version"], repeats)
+        spec = info.get("spec")
+        encoder_s = None
+        if isinstance(spec, str) and spec != "tfidf":
+            encoder_s = _wall_times([sys.executable, "-c", _ENCODER_ALONE, spec], repeats)
+        rank_s = _wall_times(rank, repeats)
+
+    def p50(xs: Sequence[float] | None) -> float | None:
+        return None if xs is None else float(np.percentile(xs, 50))
+
+    return {
+        "machine": {"python": platform.python_version(), "cpus": _cpu_count()},
+        "model": str(model_dir) if fit_s is None else None,
+        "retriever": manifest.get("retriever_id"),
+        "encoder": info.get("id"),
+        "fit_s": fit_s,
+        "repeats": repeats,
+        "target_s": STARTUP_TARGET_S,
+        "cli_s": cli_s,
+        "cli_p50_s": p50(cli_s),
+        "encoder_s": encoder_s,
+        "encoder_p50_s": p50(encoder_s),
+        "rank_s": rank_s,
+        "rank_p50_s": p50(rank_s),
+    }
+
+
+def format_startup(figures: dict[str, Any]) -> str:
+    """Human-readable lines of `run_startup` figures."""
+    where = figures["model"] or f"a {figures['retriever']} model fitted on 200 demo requests"
+    lines = [
+        f"startup benchmark: `python -m dtdr_agents rank` on {where}, encoder "
+        f"{figures['encoder']}, {figures['machine']['cpus']} CPUs; wall time of fresh "
+        f"processes after one untimed run, runs per figure: {figures['repeats']}",
+    ]
+    rows = [
+        ("interpreter + CLI (--version)", figures["cli_s"]),
+        ("encoder alone (import, load, encode one text)", figures["encoder_s"]),
+        ("rank, end to end", figures["rank_s"]),
+    ]
+    for name, xs in rows:
+        if xs is not None:
+            runs = " ".join(f"{x:.2f}" for x in xs)
+            lines.append(f"  {name}: p50 {float(np.percentile(xs, 50)):.2f} s  (runs: {runs})")
+    verdict = "met" if figures["rank_p50_s"] < figures["target_s"] else "NOT met"
+    lines.append(f"target: rank p50 under {figures['target_s']:.0f} s: {verdict}")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""The foundation layer: types, errors, encoders, persistence, the chat protocol, checks."""

@@ -1,0 +1,43 @@
+"""A request's clauses: the sub-goals a multi-step request usually states one per clause.
+
+Framework-free and import-light: the hybrid's `clause_*` features and the shared stop rule both
+split requests this way, and the zero-shot stop probability counts them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+MAX_CLAUSES = 16
+"""Clauses of a request kept (the first ones)."""
+
+_CLAUSE_SPLIT = re.compile(
+    r"[.;!?]+\s+|,?\s+(?:and then|then|after that|afterwards|finally|next|and)\s+|,\s+",
+    re.IGNORECASE,
+)
+
+
+def request_clauses(query: str, limit: int = MAX_CLAUSES) -> list[str]:
+    """The request split into clauses of at least three words (sentences, "then", "and").
+
+    A multi-step request usually states one sub-goal per clause; the hybrid's `clause_*`
+    features ask which clauses the calls so far have not covered. A request without such a
+    split is one clause.
+    """
+    parts = [p.strip() for p in _CLAUSE_SPLIT.split(query) if p and len(p.split()) >= 3]
+    return parts[:limit] or [query]
+
+
+ZERO_SHOT_SLOPE = 4.0
+"""Zero-shot rule: P(stop) = sigmoid(slope * (calls - clauses + 0.5)), 0.88 when every clause
+has a call, 0.12 when one is left."""
+
+
+def zero_shot_stop_probability(query: str, n_calls: int) -> float:
+    """P(stop) without demonstrations: a logistic curve in calls made minus clauses stated."""
+    gap = n_calls - len(request_clauses(query)) + 0.5
+    return 1.0 / (1.0 + math.exp(-ZERO_SHOT_SLOPE * gap))
+
+
+__all__ = ["MAX_CLAUSES", "ZERO_SHOT_SLOPE", "request_clauses", "zero_shot_stop_probability"]
