@@ -23,6 +23,7 @@ lint:
 	ruff format --check .
 	ruff check .
 	mypy
+	lint-imports
 
 format:
 	ruff format .
