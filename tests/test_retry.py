@@ -175,3 +175,28 @@ async def test_async_per_attempt_timeout_is_retried_then_raised() -> None:
     with pytest.raises(TimeoutError):
         await acall_with_retry(slow, policy, sleep=sleep)
     assert len(attempts) == 3
+
+
+def test_endpoint_fault_is_retried_and_the_delay_reaches_on_retry() -> None:
+    from dtdr_agents.foundation.retry import EndpointFaultError
+
+    seen: list[tuple[int, str, float]] = []
+    fn, calls = flaky(
+        [EndpointFaultError("HTTP 200 with no choices"), HTTPError(429, {"retry-after": "2"})]
+    )
+    policy = RetryPolicy(max_retries=2, base_delay=0.5, max_delay=10.0, jitter=0.0)
+    out = call_with_retry(
+        fn,
+        policy,
+        sleep=lambda s: None,
+        on_retry=lambda n, e, d: seen.append((n, type(e).__name__, d)),
+    )
+    assert out == "ok" and len(calls) == 3
+    assert seen == [(1, "EndpointFaultError", 0.5), (2, "HTTPError", 2.0)]
+
+
+def test_an_interrupt_is_never_retried() -> None:
+    fn, calls = flaky([KeyboardInterrupt()])
+    with pytest.raises(KeyboardInterrupt):
+        call_with_retry(fn, RetryPolicy(max_retries=3, base_delay=0.0), sleep=lambda s: None)
+    assert len(calls) == 1

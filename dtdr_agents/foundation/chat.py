@@ -190,8 +190,10 @@ class OpenAIChat:
 
     Works with OpenAI and any OpenAI-compatible server. The `openai` package is imported on
     first use (install it with `pip install 'dtdr-agents[openai]'`). Every request goes through
-    `dtdr_agents.foundation.retry` (exponential backoff with jitter on 429, 5xx, time-outs and
-    connection errors) with a per-request time-out; the clients it builds do not retry on their own.
+    `dtdr_agents.foundation.retry` (tenacity: exponential backoff with jitter on 408/409/429, 5xx,
+    time-outs, connection errors and `EndpointFaultError`) with a per-request time-out; the clients
+    it builds do not retry on their own (``max_retries=0``: the SDK's retries do not cover an HTTP
+    200 that is not a completion, and two retry layers would multiply the attempts).
 
     Args:
         model: The model name sent with every request.

@@ -1,10 +1,15 @@
-"""The package's one retry helper: exponential backoff with jitter, sync and async.
+"""The package's one retry helper: exponential backoff with jitter, sync and async, on tenacity.
 
 A request is retried when it fails transiently: HTTP 408, 409, 429 or 5xx, a time-out, or a
 connection error (the `openai` and `httpx` exception types and Python's `TimeoutError` /
 `ConnectionError`). Anything else (a 400, a bad key, a bug) is raised at once. The delay before
 retry ``n`` (0-based) is ``min(max_delay, base_delay * 2**n)`` scaled by a random factor in
 ``[1 - jitter, 1]``; a server's ``Retry-After`` header raises it (never above `max_delay`).
+
+`tenacity` runs the loop; this module only says which errors are retried and how long to wait.
+The `openai` clients' own retries stay off (`OpenAIChat` builds them with ``max_retries=0``): they
+do not retry an `EndpointFaultError` (an HTTP 200 whose body is not a completion), do not take an
+injected sleep, and would multiply the attempts of this layer.
 
 The async helper also bounds each attempt with `RetryPolicy.timeout` (`asyncio.wait_for`); the
 sync helper cannot interrupt a blocking call, so callers pass the time-out to their client
@@ -24,6 +29,14 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+)
 
 T = TypeVar("T")
 
@@ -128,24 +141,40 @@ def retry_after(exc: BaseException) -> float | None:
         return None
 
 
-def _next_delay(
-    policy: RetryPolicy,
-    attempt: int,
-    exc: BaseException,
-    rng: random.Random | None,
+def _retrying(
+    policy: RetryPolicy | None,
     retry_if: Callable[[BaseException], bool],
     on_retry: OnRetry | None,
-) -> float | None:
-    """Seconds before retry `attempt` (0-based), or None to give up and re-raise `exc`."""
-    if attempt >= policy.max_retries or not retry_if(exc):
-        return None
-    delay = policy.delay(attempt, rng)
-    hint = retry_after(exc)
-    if hint is not None:
-        delay = max(delay, min(hint, policy.max_delay))
-    if on_retry is not None:
-        on_retry(attempt + 1, exc, delay)
-    return delay
+    rng: random.Random | None,
+) -> dict[str, Any]:
+    """The tenacity settings of `policy`, shared by the sync and async helpers.
+
+    The wait is `RetryPolicy.delay` raised by a ``Retry-After`` hint (capped at `max_delay`);
+    the last error is re-raised as is once the retries are used up or it is not transient.
+    """
+    policy = policy or RetryPolicy()
+
+    def failure(state: RetryCallState) -> BaseException:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        assert exc is not None  # tenacity waits only after a failed attempt
+        return exc
+
+    def wait(state: RetryCallState) -> float:
+        delay = policy.delay(state.attempt_number - 1, rng)
+        hint = retry_after(failure(state))
+        return delay if hint is None else max(delay, min(hint, policy.max_delay))
+
+    def before_sleep(state: RetryCallState) -> None:
+        if on_retry is not None and state.next_action is not None:
+            on_retry(state.attempt_number, failure(state), state.next_action.sleep)
+
+    return {
+        "stop": stop_after_attempt(policy.max_retries + 1),
+        "wait": wait,
+        "retry": retry_if_exception(retry_if),
+        "before_sleep": before_sleep,
+        "reraise": True,
+    }
 
 
 def call_with_retry(
@@ -157,7 +186,7 @@ def call_with_retry(
     rng: random.Random | None = None,
     retry_if: Callable[[BaseException], bool] = is_transient,
 ) -> T:
-    """Call `fn()` and retry it on transient errors.
+    """Call `fn()` and retry it on transient errors (through `tenacity.Retrying`).
 
     Args:
         fn: The request (no arguments); it should apply `policy.timeout` itself.
@@ -173,17 +202,8 @@ def call_with_retry(
     Raises:
         Exception: The last error, when it is not transient or the retries are used up.
     """
-    policy = policy or RetryPolicy()
-    attempt = 0
-    while True:
-        try:
-            return fn()
-        except Exception as exc:
-            delay = _next_delay(policy, attempt, exc, rng, retry_if, on_retry)
-            if delay is None:
-                raise
-            attempt += 1
-            sleep(delay)
+    retrying = Retrying(sleep=sleep, **_retrying(policy, retry_if, on_retry, rng))
+    return retrying(fn)
 
 
 async def acall_with_retry(
@@ -212,19 +232,13 @@ async def acall_with_retry(
     Raises:
         Exception: The last error, when it is not transient or the retries are used up.
     """
-    policy = policy or RetryPolicy()
-    attempt = 0
-    while True:
-        try:
-            if policy.timeout is None:
-                return await fn()
-            return await asyncio.wait_for(fn(), timeout=policy.timeout)
-        except Exception as exc:
-            delay = _next_delay(policy, attempt, exc, rng, retry_if, on_retry)
-            if delay is None:
-                raise
-            attempt += 1
-            await sleep(delay)
+    timeout = (policy or RetryPolicy()).timeout
+
+    async def attempt() -> T:
+        return await (fn() if timeout is None else asyncio.wait_for(fn(), timeout=timeout))
+
+    retrying = AsyncRetrying(sleep=sleep, **_retrying(policy, retry_if, on_retry, rng))
+    return await retrying(attempt)
 
 
 __all__ = [
