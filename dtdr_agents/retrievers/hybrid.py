@@ -43,7 +43,7 @@ from dtdr_agents.foundation.encoders import Encoder
 from dtdr_agents.foundation.errors import ModelLoadError
 from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Toolset
 from dtdr_agents.retrievers.base import Scores, ToolRetriever, softmax
-from dtdr_agents.retrievers.baselines import BM25Retriever
+from dtdr_agents.retrievers.bm25 import BM25Retriever
 from dtdr_agents.retrievers.dtdr_c import DTDRC
 from dtdr_agents.retrievers.index import EXACT_LIMIT, CandidateIndex
 from dtdr_agents.retrievers.linear import DTDRL
