@@ -92,3 +92,24 @@ def test_get_encoder_shares_models_within_a_process():
     assert isinstance(get_encoder("tfidf"), TfidfEncoder)
     with pytest.raises(TypeError, match="encoder"):
         get_encoder(42)  # type: ignore[arg-type]
+
+
+def test_the_memory_cache_drops_the_least_recently_used_text():
+    calls: list[list[str]] = []
+
+    class Counting:
+        id = "counting"
+        dim = 2
+
+        def encode(self, texts):
+            calls.append(list(texts))
+            return np.tile(np.array([[1.0, 0.0]], dtype=np.float32), (len(texts), 1))
+
+    cache = CachedEncoder(Counting(), max_items=2)
+    cache.encode(["a", "b"])
+    cache.encode(["a"])  # a is now more recent than b
+    cache.encode(["c"])  # evicts b, not a
+    cache.encode(["a", "b"])
+    assert calls == [["a", "b"], ["c"], ["b"]]
+    assert (cache.hits, cache.misses) == (2, 4)
+    assert CachedEncoder(Counting(), max_bytes=10).encode(["x"]).shape == (1, 2)  # too big to keep

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
-from dtdr_agents.foundation.encoders import Encoder
+from dtdr_agents.foundation.encoders import Encoder, EncoderWrapper
 from dtdr_agents.foundation.types import Demonstration, Toolset
 from dtdr_agents.planning.plan import SOURCE_REPLAY, Plan
 from dtdr_agents.planning.planners import ReplayPlanner
@@ -32,23 +32,13 @@ from dtdr_agents.planning.planners import ReplayPlanner
 _CLAUSE = re.compile(r"[.;,!?]\s+|\band\b|\bthen\b")
 
 
-class TimedEncoder:
+class TimedEncoder(EncoderWrapper):
     """Wraps an encoder and adds up the seconds spent in `encode`."""
 
     def __init__(self, inner: Encoder) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.seconds = 0.0
         self.cpu_seconds = 0.0
-
-    @property
-    def id(self) -> str:
-        """The wrapped encoder's id."""
-        return self.inner.id
-
-    @property
-    def dim(self) -> int:
-        """The wrapped encoder's dimension."""
-        return self.inner.dim
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Encode with the wrapped encoder, timing the call (wall and this thread's CPU)."""
