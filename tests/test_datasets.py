@@ -16,6 +16,7 @@ from dtdr_agents.datasets import (
     DatasetNotFoundError,
     PlanCycleError,
     _io,
+    _json,
     dataset_stats,
     format_stats,
     load_dataset,
@@ -243,7 +244,7 @@ def test_missing_files_are_clear(tmp_path):
 def test_streaming_json_readers_survive_any_chunk_boundary(monkeypatch, chunk):
     expected_obj = json.loads((FIX / "tinyagent" / "training_data.json").read_text())
     expected_arr = json.loads((FIX / "nestful" / "non-executable-tiny-data.json").read_text())
-    monkeypatch.setattr(_io, "_CHUNK", chunk)
+    monkeypatch.setattr(_json, "_CHUNK", chunk)
     obj = {k: v for k, _, v in _io.iter_json_object(FIX / "tinyagent" / "training_data.json")}
     arr = [v for _, _, v in _io.iter_json_array(FIX / "nestful" / "non-executable-tiny-data.json")]
     assert obj == expected_obj

@@ -1,9 +1,9 @@
 """Shared reading helpers for the dataset loaders (internal).
 
-Everything here is format-agnostic: streaming JSON / JSON-lines readers that know the line of
-every record, the problem log that decides between raising and skipping, the collector that
-applies `limit` and drops exact duplicates, and the JSON-schema conversion used for the
-published tool specs.
+Everything here is format-agnostic: the problem log that decides between raising and
+skipping, the collector that applies `limit` and drops exact duplicates, the tool catalogue,
+and the JSON-schema conversion used for the published tool specs. Reading the files
+themselves is in `dtdr_agents.datasets._json`.
 
 Problem messages written through `Report` start with what the loader did, so they can be
 counted: ``"skipped: ..."`` (the record is not in the dataset), ``"repaired: ..."`` (kept
@@ -12,14 +12,23 @@ after a documented fix) or ``"kept: ..."`` (kept as published, with a remark).
 
 from __future__ import annotations
 
-import codecs
 import dataclasses
 import json
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Literal, cast
+from typing import Any, Literal, cast
 
+from dtdr_agents.datasets._json import BEING_WRITTEN as BEING_WRITTEN
+from dtdr_agents.datasets._json import (
+    first_char,
+    iter_json_array,
+    iter_jsonl,
+    open_text,
+    utf8_error,
+)
+from dtdr_agents.datasets._json import iter_json_object as iter_json_object
+from dtdr_agents.datasets._json import iter_records as iter_records
+from dtdr_agents.datasets._json import read_json as read_json
 from dtdr_agents.datasets.base import Problem
 from dtdr_agents.foundation.errors import (
     DatasetFormatError,
@@ -38,10 +47,6 @@ UnknownTools = Literal["skip", "add", "error"]
 """
 
 _UNKNOWN_TOOLS_CHOICES = ("skip", "add", "error")
-
-_CHUNK = 1 << 20
-_WS = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
 
 
 class DatasetNotFoundError(DatasetFormatError, FileNotFoundError):
@@ -241,240 +246,6 @@ def require_exists(path: Path | str, what: str) -> Path:
     if not p.exists():
         raise DatasetNotFoundError(f"{what} not found", str(p))
     return p
-
-
-def open_text(path: Path) -> IO[str]:
-    """Open a dataset file as UTF-8 text; a leading byte-order mark (BOM) is skipped."""
-    return path.open(encoding="utf-8-sig")
-
-
-def utf8_error(path: Path) -> DatasetFormatError:
-    """The error for a file that is not UTF-8, naming the line of its first bad byte."""
-    data = path.read_bytes()  # only on the error path
-    body = data[3:] if data.startswith(codecs.BOM_UTF8) else data
-    try:
-        body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line_start = body.rfind(b"\n", 0, exc.start) + 1
-        return DatasetFormatError(
-            f"not UTF-8 text: byte 0x{body[exc.start]:02x} at column {exc.start - line_start + 1}"
-            " (save the file as UTF-8)",
-            str(path),
-            body.count(b"\n", 0, exc.start) + 1,
-        )
-    return DatasetFormatError("not UTF-8 text (save the file as UTF-8)", str(path))
-
-
-def read_json(path: Path) -> Any:
-    """Parse a whole (small) JSON document; syntax errors name the file and line."""
-    try:
-        with open_text(path) as fh:
-            text = fh.read()
-    except UnicodeDecodeError:
-        raise utf8_error(path) from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DatasetFormatError(f"invalid JSON: {exc.msg}", str(path), exc.lineno) from None
-
-
-BEING_WRITTEN = "; the last line has no trailing newline: a record being written"
-"""How `iter_jsonl` ends the problem of a partial last line (a live recording's)."""
-
-
-def iter_jsonl(path: Path, report: Report) -> Iterator[tuple[int, Any]]:
-    """Stream a JSON-lines file: yield ``(line_number, value)`` for every non-blank line.
-
-    A line that is not valid JSON or not UTF-8 (e.g. a Latin-1 byte, or a line torn by a
-    killed writer) goes through `Report.malformed` (raise, or skip it), except the last line
-    when it has no trailing newline: that is a record still being written (a live recording),
-    skipped and reported. A leading UTF-8 byte-order mark is accepted.
-    """
-    with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
-                raw = raw[len(codecs.BOM_UTF8) :]
-            torn = not raw.endswith(b"\n")  # only a last line can lack its newline
-            problem = report.skipped if torn else report.malformed
-            being_written = BEING_WRITTEN * torn
-            try:
-                text = raw.decode("utf-8").strip()
-            except UnicodeDecodeError as exc:
-                problem(
-                    f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at column {exc.start + 1}"
-                    + being_written,
-                    path,
-                    lineno,
-                )
-                continue
-            if not text:
-                continue
-            try:
-                value = json.loads(text)
-            except json.JSONDecodeError as exc:
-                problem(
-                    f"invalid JSON: {exc.msg} (column {exc.colno}){being_written}", path, lineno
-                )
-                continue
-            yield lineno, value
-
-
-class _JsonStream:
-    """Incremental reader of one big JSON document (an array or an object of records).
-
-    Reads the file in 1 MiB chunks and decodes one record at a time with
-    `json.JSONDecoder.raw_decode`, so memory stays at about one record plus one chunk, and every
-    record's starting line is known. A syntax error cannot be skipped safely inside one
-    document, so it always raises `DatasetFormatError` with the file and line.
-    """
-
-    def __init__(self, fh: IO[str], path: Path) -> None:
-        self.fh = fh
-        self.path = path
-        self.buf = ""
-        self.pos = 0
-        self.line = 1
-        self.eof = False
-
-    def _fill(self) -> bool:
-        chunk = self.fh.read(_CHUNK)
-        if not chunk:
-            self.eof = True
-            return False
-        self.buf = self.buf[self.pos :] + chunk
-        self.pos = 0
-        return True
-
-    def _advance(self, end: int) -> None:
-        self.line += self.buf.count("\n", self.pos, end)
-        self.pos = end
-
-    def peek(self) -> str | None:
-        """Skip whitespace; the next character, or None at the end of the file."""
-        while True:
-            m = _WS.match(self.buf, self.pos)
-            assert m is not None  # the pattern matches the empty string
-            self._advance(m.end())
-            if self.pos < len(self.buf):
-                return self.buf[self.pos]
-            if not self._fill():
-                return None
-
-    def error(self, message: str) -> DatasetFormatError:
-        return DatasetFormatError(message, str(self.path), self.line)
-
-    def expect(self, chars: str, context: str) -> str:
-        c = self.peek()
-        if c is None or c not in chars:
-            got = "end of file" if c is None else repr(c)
-            wanted = " or ".join(repr(ch) for ch in chars)
-            raise self.error(f"invalid JSON: expected {wanted} {context}, got {got}")
-        self.pos += 1
-        return c
-
-    def decode(self) -> Any:
-        """Decode the next JSON value (after whitespace)."""
-        if self.peek() is None:
-            raise self.error("invalid JSON: unexpected end of file")
-        while True:
-            try:
-                value, end = _DECODER.raw_decode(self.buf, self.pos)
-            except json.JSONDecodeError as exc:
-                if self._fill():
-                    continue
-                line = self.line + self.buf.count("\n", self.pos, exc.pos)
-                raise DatasetFormatError(f"invalid JSON: {exc.msg}", str(self.path), line) from None
-            if end >= len(self.buf) and not self.eof and self._fill():
-                continue  # a number may go on in the next chunk: decode it again
-            self._advance(end)
-            return value
-
-    def finish(self) -> None:
-        if self.peek() is not None:
-            raise self.error("invalid JSON: unexpected data after the end of the document")
-
-
-def first_char(path: Path) -> str | None:
-    """The first non-whitespace character of a text file (None if it is empty)."""
-    with path.open("rb") as fh:
-        while True:
-            chunk = fh.read(4096)
-            if not chunk:
-                return None
-            stripped = chunk.removeprefix(codecs.BOM_UTF8).lstrip()
-            if stripped:
-                return chr(stripped[0]) if stripped[0] < 0x80 else "?"
-
-
-def iter_json_array(path: Path) -> Iterator[tuple[int, int, Any]]:
-    """Stream a JSON array file: yield ``(index, line, item)`` for each element."""
-    try:
-        yield from _iter_json_array(path)
-    except UnicodeDecodeError:
-        raise utf8_error(path) from None
-
-
-def _iter_json_array(path: Path) -> Iterator[tuple[int, int, Any]]:
-    with open_text(path) as fh:
-        s = _JsonStream(fh, path)
-        s.expect("[", "at the start of the file (a JSON array)")
-        if s.peek() == "]":
-            s.pos += 1
-            s.finish()
-            return
-        index = 0
-        while True:
-            s.peek()
-            line = s.line
-            item = s.decode()
-            yield index, line, item
-            index += 1
-            if s.expect(",]", "after an array element") == "]":
-                break
-        s.finish()
-
-
-def iter_json_object(path: Path) -> Iterator[tuple[str, int, Any]]:
-    """Stream a JSON object file: yield ``(key, line, value)`` for each member."""
-    try:
-        yield from _iter_json_object(path)
-    except UnicodeDecodeError:
-        raise utf8_error(path) from None
-
-
-def _iter_json_object(path: Path) -> Iterator[tuple[str, int, Any]]:
-    with open_text(path) as fh:
-        s = _JsonStream(fh, path)
-        s.expect("{", "at the start of the file (a JSON object)")
-        if s.peek() == "}":
-            s.pos += 1
-            s.finish()
-            return
-        while True:
-            s.peek()
-            line = s.line
-            key = s.decode()
-            if not isinstance(key, str):
-                raise s.error("invalid JSON: object keys must be strings")
-            s.expect(":", "after an object key")
-            value = s.decode()
-            yield key, line, value
-            if s.expect(",}", "after an object member") == "}":
-                break
-        s.finish()
-
-
-def iter_records(path: Path, report: Report) -> Iterator[tuple[int, int, Any]]:
-    """Stream the records of a JSON array file or a JSON-lines file.
-
-    Yields ``(index, line, record)``; the container is detected from the first character
-    (``[`` means a JSON array, anything else JSON lines).
-    """
-    if first_char(path) == "[":
-        yield from iter_json_array(path)
-    else:
-        for index, (line, value) in enumerate(iter_jsonl(path, report)):
-            yield index, line, value
 
 
 # ----------------------------------------------------------------------------- tools

@@ -33,12 +33,14 @@ from dtdr_agents.datasets._io import (
     Report,
     UnknownTools,
     check_unknown_tools,
-    iter_jsonl,
     make_demo,
     read_tools_file,
     require_file,
     resolve_unknown,
     where,
+)
+from dtdr_agents.datasets._json import (
+    iter_jsonl,
 )
 from dtdr_agents.datasets.base import Dataset, Problem
 from dtdr_agents.datasets.plans import order_plan

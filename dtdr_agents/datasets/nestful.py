@@ -44,13 +44,15 @@ from dtdr_agents.datasets._io import (
     add_tool,
     call_arguments,
     check_unknown_tools,
-    iter_records,
     make_demo,
     object_schema,
     require_exists,
     require_file,
     resolve_unknown,
     text_of,
+)
+from dtdr_agents.datasets._json import (
+    iter_records,
 )
 from dtdr_agents.datasets.base import Dataset
 from dtdr_agents.datasets.plans import PlanCycleError, order_plan

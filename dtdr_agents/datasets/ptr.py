@@ -32,12 +32,14 @@ from dtdr_agents.datasets._io import (
     UnknownTools,
     add_tool,
     check_unknown_tools,
-    iter_json_object,
-    iter_records,
     make_demo,
     require_exists,
     require_file,
     resolve_unknown,
+)
+from dtdr_agents.datasets._json import (
+    iter_json_object,
+    iter_records,
 )
 from dtdr_agents.datasets.base import Dataset
 

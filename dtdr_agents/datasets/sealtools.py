@@ -39,13 +39,15 @@ from dtdr_agents.datasets._io import (
     add_tool,
     call_arguments,
     check_unknown_tools,
-    iter_jsonl,
     make_demo,
     object_schema,
     require_exists,
     require_file,
     resolve_unknown,
     text_of,
+)
+from dtdr_agents.datasets._json import (
+    iter_jsonl,
 )
 from dtdr_agents.datasets.base import Dataset
 from dtdr_agents.datasets.plans import PlanCycleError, order_plan

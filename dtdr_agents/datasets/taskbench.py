@@ -63,13 +63,15 @@ from dtdr_agents.datasets._io import (
     UnknownTools,
     call_arguments,
     check_unknown_tools,
-    iter_jsonl,
     json_type,
     make_demo,
-    read_json,
     require_exists,
     require_file,
     resolve_unknown,
+)
+from dtdr_agents.datasets._json import (
+    iter_jsonl,
+    read_json,
 )
 from dtdr_agents.datasets.base import Dataset
 from dtdr_agents.datasets.plans import PlanCycleError, order_plan

@@ -43,7 +43,6 @@ from dtdr_agents.datasets._io import (
     Report,
     UnknownTools,
     check_unknown_tools,
-    iter_json_object,
     json_type,
     make_demo,
     read_tools_file,
@@ -51,6 +50,9 @@ from dtdr_agents.datasets._io import (
     require_file,
     resolve_unknown,
     where,
+)
+from dtdr_agents.datasets._json import (
+    iter_json_object,
 )
 from dtdr_agents.datasets.base import Dataset
 from dtdr_agents.datasets.plans import PlanCycleError, order_plan
