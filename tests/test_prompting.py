@@ -13,7 +13,7 @@ import pytest
 from dtdr_agents.datasets.synthetic import DEMO_TOOLS
 from dtdr_agents.foundation.errors import EncoderUnavailableError, UnknownToolError
 from dtdr_agents.foundation.types import Tool, Toolset
-from dtdr_agents.runtime import prompting
+from dtdr_agents.runtime import tokens
 from dtdr_agents.runtime.prompting import (
     CHOOSE_ONE,
     FUNCTION_LIST_HEADER,
@@ -166,12 +166,38 @@ def test_tiktoken_is_not_downloaded_unless_allowed(
 ) -> None:
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # an empty cache
     monkeypatch.delenv("DTDR_AGENTS_ALLOW_DOWNLOADS", raising=False)
-    monkeypatch.setattr(prompting, "_COUNTERS", {})
+    monkeypatch.setattr(tokens, "_COUNTERS", {})
     with pytest.raises(EncoderUnavailableError, match="not cached and downloads are off"):
         get_token_counter("tiktoken")
     auto = get_token_counter("auto")
     assert not auto.name.startswith("tiktoken")
     assert re.search(r"not cached", auto.note)
+
+
+def test_without_tiktoken_cache_dir_tiktoken_is_not_tried_offline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
+    monkeypatch.delenv("DTDR_AGENTS_ALLOW_DOWNLOADS", raising=False)
+    monkeypatch.setattr(tokens, "_COUNTERS", {})
+    with pytest.raises(EncoderUnavailableError, match="TIKTOKEN_CACHE_DIR is unset"):
+        get_token_counter("cl100k_base")
+    auto = get_token_counter("auto")
+    assert auto.name == "wordpiece:all-MiniLM-L6-v2"
+    assert auto.note.startswith("fallback: ") and "TIKTOKEN_CACHE_DIR" in auto.note
+
+
+def test_a_filled_tiktoken_cache_is_used_offline(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str]
+) -> None:
+    pytest.importorskip("tiktoken")
+    import hashlib
+
+    url = tokens.TIKTOKEN_ENCODINGS["o200k_base"]
+    (tmp_path / hashlib.sha1(url.encode()).hexdigest()).write_bytes(b"x")  # type: ignore[operator]
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    assert tokens.tiktoken_offline_problem("o200k_base") is None
+    assert "not cached" in (tokens.tiktoken_offline_problem("cl100k_base") or "")
 
 
 def test_unknown_counter() -> None:
