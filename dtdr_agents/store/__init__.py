@@ -1,0 +1,22 @@
+"""The run store: agent runs in a database (SQLite by default, PostgreSQL by URL).
+
+Agents record runs (`RunStore.add`); `fit` and `refit` read demonstrations from the store
+(`RunStore.demonstrations`, `RunStore.dataset`); importers turn existing traces into runs.
+"""
+
+from __future__ import annotations
+
+from dtdr_agents.store.importers import import_jsonl
+from dtdr_agents.store.runs import DEFAULT_URL, OUTCOMES, RunRecord, RunStore, store_url
+from dtdr_agents.store.schema import SCHEMA_VERSION, StoreError
+
+__all__ = [
+    "DEFAULT_URL",
+    "OUTCOMES",
+    "SCHEMA_VERSION",
+    "RunRecord",
+    "RunStore",
+    "StoreError",
+    "import_jsonl",
+    "store_url",
+]

@@ -1,0 +1,317 @@
+"""A run store in a real database: agents record runs, `fit` and `refit` read demonstrations.
+
+`RunStore(url)` opens (and creates or upgrades in place, see `dtdr_agents.store.schema`) a
+store behind a SQLAlchemy URL: an SQLite file by default (``sqlite:///runs.db``, or just a
+path; nothing to set up), or ``postgresql://user@host/db`` for a fleet (psycopg 3). Each run
+is one row: the request, the calls made (with their arguments and the dependency edges when
+known), the tools shown at each step, and the outcome. Writes are idempotent by run id, so
+re-importing a trace or retrying a write never duplicates a run.
+
+SQLite: the file runs in WAL mode with a busy time-out, and every transaction begins
+``IMMEDIATE`` (takes the write lock first), so that writer processes queue instead of failing
+with "database is locked".
+
+Example:
+    >>> store = RunStore("sqlite://")  # in memory
+    >>> store.add(RunRecord(request="weather in Paris then convert", calls=("geo", "weather")))
+    True
+    >>> [d.calls for d in store.demonstrations()]
+    [('geo', 'weather')]
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, Self
+
+from sqlalchemy import Engine, create_engine, event, func, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.sql.dml import Insert
+
+from dtdr_agents.datasets.base import Dataset
+from dtdr_agents.foundation.errors import InvalidDemonstrationError
+from dtdr_agents.foundation.types import CallArguments, Demonstration, Toolset
+from dtdr_agents.store.schema import Run, StoreError, upgrade
+
+DEFAULT_URL = "sqlite:///runs.db"
+"""The embedded default: an SQLite file in the working folder."""
+
+OUTCOMES = ("success", "failure")
+"""The outcomes a run may record (None: unknown)."""
+
+SQLITE_BUSY_MS = 60_000
+"""How long an SQLite writer waits for the write lock before it fails."""
+
+Outcome = Literal["success", "failure"]
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One agent run as the store keeps it.
+
+    Attributes:
+        request: The user's request.
+        calls: Tool names in the order they were called.
+        edges: Dependencies ``(i, j)`` between calls, as in `Demonstration` (None: strict order).
+        arguments: The arguments of each call, one per call, when recorded.
+        shown: The tool names bound to the model at each step, when recorded.
+        outcome: ``"success"``, ``"failure"`` or None (unknown).
+        session: The agent session (conversation) the run belongs to.
+        source: Who wrote it (``"recorder"``, ``"jsonl"``, ``"langsmith"``, ``"otel"``, ...).
+        id: The run's id; a new ``run-<hex>`` when not given. Writes are idempotent by id.
+        created_at: When the run was recorded (UTC); now when not given.
+        catalogue: The tool catalogue's hash, when known.
+    """
+
+    request: str
+    calls: tuple[str, ...]
+    edges: tuple[tuple[int, int], ...] | None = None
+    arguments: tuple[CallArguments, ...] | None = None
+    shown: tuple[tuple[str, ...], ...] | None = None
+    outcome: Outcome | None = None
+    session: str | None = None
+    source: str = "recorder"
+    id: str = field(default_factory=lambda: f"run-{uuid.uuid4().hex}")
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    catalogue: str | None = None
+
+    def __post_init__(self) -> None:
+        demo = self.demonstration()  # validates request, calls, edges, arguments
+        object.__setattr__(self, "calls", demo.calls)
+        object.__setattr__(self, "edges", demo.edges)
+        if self.outcome is not None and self.outcome not in OUTCOMES:
+            raise InvalidDemonstrationError(
+                f"run {self.id!r}: field 'outcome' must be one of {OUTCOMES} or None, "
+                f"got {self.outcome!r}"
+            )
+        if self.shown is not None:
+            shown = tuple(tuple(step) for step in self.shown)
+            if not all(isinstance(n, str) and n for step in shown for n in step):
+                raise InvalidDemonstrationError(
+                    f"run {self.id!r}: field 'shown' must be lists of tool names, one per step"
+                )
+            object.__setattr__(self, "shown", shown)
+        if not isinstance(self.id, str) or not self.id or len(self.id) > 128:
+            raise InvalidDemonstrationError(
+                f"field 'id' must be a non-empty string of at most 128 characters, got {self.id!r}"
+            )
+        if self.created_at.tzinfo is None:
+            object.__setattr__(self, "created_at", self.created_at.replace(tzinfo=UTC))
+
+    def demonstration(self) -> Demonstration:
+        """The run as a demonstration (request and calls), as `fit` reads it."""
+        return Demonstration(
+            query=self.request,
+            calls=tuple(self.calls),
+            edges=self.edges,
+            id=self.id,
+            arguments=self.arguments,
+        )
+
+    @classmethod
+    def from_demonstration(cls, demo: Demonstration, **fields: Any) -> RunRecord:
+        """A run holding `demo`'s request, calls, edges and arguments (`fields` add the rest)."""
+        if demo.id is not None:
+            fields.setdefault("id", demo.id)
+        return cls(
+            request=demo.query,
+            calls=demo.calls,
+            edges=demo.edges,
+            arguments=demo.arguments,
+            **fields,
+        )
+
+    def _row(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "created_at": self.created_at,
+            "request": self.request,
+            "calls": list(self.calls),
+            "edges": None if self.edges is None else [list(e) for e in self.edges],
+            "arguments": None
+            if self.arguments is None
+            else [{"arguments": a.values(), "label": a.label} for a in self.arguments],
+            "shown": None if self.shown is None else [list(s) for s in self.shown],
+            "outcome": self.outcome,
+            "session": self.session,
+            "source": self.source,
+            "catalogue": self.catalogue,
+        }
+
+    @classmethod
+    def _from_row(cls, row: Any) -> RunRecord:
+        created = row.created_at
+        if created.tzinfo is None:  # SQLite returns naive datetimes
+            created = created.replace(tzinfo=UTC)
+        arguments = None
+        if row.arguments is not None:
+            arguments = tuple(
+                CallArguments.of(a["arguments"], label=a.get("label")) for a in row.arguments
+            )
+        return cls(
+            request=row.request,
+            calls=tuple(row.calls),
+            edges=None if row.edges is None else tuple((int(i), int(j)) for i, j in row.edges),
+            arguments=arguments,
+            shown=None if row.shown is None else tuple(tuple(s) for s in row.shown),
+            outcome=row.outcome,
+            session=row.session,
+            source=row.source,
+            id=row.id,
+            created_at=created,
+            catalogue=row.catalogue,
+        )
+
+
+def store_url(url: str | Path) -> str:
+    """A SQLAlchemy URL for `url`: a plain path is an SQLite file; ``postgresql://`` uses psycopg 3.
+
+    Raises:
+        StoreError: If `url` is not a URL SQLAlchemy understands, or names another database.
+    """
+    text = str(url)
+    if "://" not in text:
+        text = f"sqlite:///{Path(text).expanduser()}"
+    try:
+        parsed = make_url(text)
+    except ArgumentError as exc:
+        raise StoreError(f"store URL {text!r} does not parse: {exc}") from None
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise StoreError(
+            f"store URL {text!r}: the run store supports sqlite:/// and postgresql:// URLs"
+        )
+    return parsed.render_as_string(hide_password=False)
+
+
+def make_engine(url: str | Path) -> Engine:
+    """An engine for the store at `url` (SQLite: WAL, busy time-out, ``BEGIN IMMEDIATE``)."""
+    engine = create_engine(store_url(url))
+    if engine.dialect.name == "sqlite":
+
+        @event.listens_for(engine, "connect")
+        def _connect(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None  # SQLAlchemy emits BEGIN itself (below)
+            cur = dbapi_conn.cursor()
+            cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_MS}")
+            if engine.url.database not in (None, "", ":memory:"):
+                cur.execute("PRAGMA journal_mode = WAL")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn: Any) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+class RunStore:
+    """Agent runs in a database; `demonstrations()` is what `fit` learns from.
+
+    Args:
+        url: A SQLAlchemy URL (``sqlite:///runs.db``, ``postgresql://user@host/db``) or a path
+            of an SQLite file. The store's tables are created, or upgraded in place.
+
+    Raises:
+        StoreError: The URL is not a supported database, the database cannot be reached, or
+            it holds a newer schema or a foreign ``dtdr_runs`` table.
+    """
+
+    def __init__(self, url: str | Path = DEFAULT_URL) -> None:
+        self.url = store_url(url)
+        self.engine = make_engine(self.url)
+        try:
+            with self.engine.begin() as conn:
+                self.upgraded_from, self.schema_version = upgrade(conn)
+        except OperationalError as exc:
+            self.engine.dispose()
+            where = make_url(self.url).render_as_string(hide_password=True)
+            raise StoreError(f"cannot open the run store {where}: {exc.orig}") from None
+        except StoreError:
+            self.engine.dispose()
+            raise
+
+    def _insert(self) -> Insert:
+        if self.engine.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            return pg_insert(Run).on_conflict_do_nothing(index_elements=["id"])
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(Run).on_conflict_do_nothing(index_elements=["id"])
+
+    def add(self, run: RunRecord) -> bool:
+        """Write one run; False when a run with its id is already there (nothing written)."""
+        return self.add_many([run]) == 1
+
+    def add_many(self, runs: Iterable[RunRecord]) -> int:
+        """Write runs in one transaction; returns how many were new (known ids are skipped)."""
+        rows = [r._row() for r in runs]
+        if not rows:
+            return 0
+        with self.engine.begin() as conn:
+            result = conn.execute(self._insert().returning(Run.id), rows)
+            return len(result.all())
+
+    def count(self) -> int:
+        """How many runs the store holds."""
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(Run)).scalar_one())
+
+    def iter_runs(
+        self,
+        *,
+        outcome: Outcome | None = None,
+        session: str | None = None,
+        since: datetime | None = None,
+    ) -> Iterator[RunRecord]:
+        """The runs in recording order (time, then id), optionally filtered."""
+        query = select(Run.__table__).order_by(Run.created_at, Run.id)
+        if outcome is not None:
+            query = query.where(Run.outcome == outcome)
+        if session is not None:
+            query = query.where(Run.session == session)
+        if since is not None:
+            query = query.where(Run.created_at >= since)
+        with self.engine.connect() as conn:
+            for row in conn.execute(query):
+                yield RunRecord._from_row(row)
+
+    def demonstrations(self, *, exclude_failures: bool = True) -> list[Demonstration]:
+        """The runs as demonstrations, in recording order; failed runs are left out by default.
+
+        A run with no calls teaches nothing but an immediate stop, and is left out too.
+        """
+        return [
+            run.demonstration()
+            for run in self.iter_runs()
+            if run.calls and not (exclude_failures and run.outcome == "failure")
+        ]
+
+    def dataset(self, tools: Toolset, *, exclude_failures: bool = True) -> Dataset:
+        """The demonstrations with their catalogue, as a dataset loader returns them.
+
+        Raises:
+            InvalidDemonstrationError: A run calls a tool outside `tools` (named with its id).
+        """
+        demos = self.demonstrations(exclude_failures=exclude_failures)
+        for demo in demos:
+            demo.check_tools(tools)
+        where = make_url(self.url).render_as_string(hide_password=True)
+        return Dataset(name="store", tools=tools, demos=demos, source=where)
+
+    def close(self) -> None:
+        """Release the database connections."""
+        self.engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,214 @@
+"""The run store on a real SQLite file and a real PostgreSQL server on loopback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from pg_server import postgres_server, postgres_unavailable
+from sqlalchemy import Connection, create_engine, text
+
+from dtdr_agents.foundation.errors import InvalidDemonstrationError
+from dtdr_agents.foundation.types import CallArguments, Tool, Toolset
+from dtdr_agents.store import RunRecord, RunStore, StoreError, import_jsonl, schema, store_url
+
+
+def _run(i: int, **kw: object) -> RunRecord:
+    base: dict[str, object] = {
+        "request": f"find the weather in city {i} then convert it",
+        "calls": ("geocode", "weather"),
+        "id": f"r{i:05d}",
+        "created_at": datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=i),
+    }
+    base.update(kw)
+    return RunRecord(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    reason = postgres_unavailable()
+    if reason:
+        pytest.skip(reason)
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'runs.db'}"
+    base: str = request.getfixturevalue("pg_url")
+    name = f"t_{abs(hash(request.node.nodeid)) % 10**9}"
+    engine = create_engine(store_url(base), isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    engine.dispose()
+    return base.rsplit("/", 1)[0] + "/" + name
+
+
+def test_runs_round_trip_with_every_field(url: str) -> None:
+    full = _run(
+        1,
+        calls=("geocode", "weather", "convert"),
+        edges=((0, 1), (1, 2)),
+        arguments=(
+            CallArguments.of({"city": "Paris"}),
+            CallArguments.of({"lat": 48.85, "lon": 2.35}, label="w"),
+            CallArguments.of({"unit": "F", "ok": True}),
+        ),
+        shown=(("geocode", "search"), ("weather",), ("convert", "weather")),
+        outcome="success",
+        session="s-1",
+        source="recorder",
+        catalogue="abc123",
+    )
+    with RunStore(url) as store:
+        assert store.add(full)
+        assert not store.add(full)  # idempotent by id
+        assert store.add_many([_run(2, outcome="failure"), _run(3, calls=())]) == 2
+        assert store.count() == 3
+        back = list(store.iter_runs())
+    assert back[0] == full
+    assert [r.id for r in back] == ["r00001", "r00002", "r00003"]
+    with RunStore(url) as store:
+        demos = store.demonstrations()
+        assert [d.id for d in demos] == ["r00001"]  # failure and no-call runs left out
+        assert demos[0].arguments == full.arguments
+        assert len(store.demonstrations(exclude_failures=False)) == 2
+        assert [r.id for r in store.iter_runs(session="s-1")] == ["r00001"]
+        assert [r.id for r in store.iter_runs(outcome="failure")] == ["r00002"]
+
+
+def test_dataset_checks_calls_against_the_catalogue(url: str) -> None:
+    tools = Toolset([Tool("geocode", "city to coordinates"), Tool("weather", "forecast")])
+    with RunStore(url) as store:
+        store.add_many([_run(1), _run(2, calls=("geocode", "translate"))])
+        with pytest.raises(InvalidDemonstrationError, match=r"'r00002'.*translate"):
+            store.dataset(tools)
+        store.add(_run(3))
+    with RunStore(url) as store:
+        assert store.schema_version == schema.SCHEMA_VERSION
+
+
+def test_concurrent_writer_processes_lose_and_duplicate_nothing(url: str, tmp_path: Path) -> None:
+    script = tmp_path / "writer.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import sys
+            from dtdr_agents.store import RunRecord, RunStore
+            url, w = sys.argv[1], int(sys.argv[2])
+            store = RunStore(url)
+            for i in range(60):
+                store.add(RunRecord(request=f"request {w} {i} please", calls=("a", "b"),
+                                    id=f"w{w}-{i}"))
+            store.close()
+            """
+        )
+    )
+    procs = [subprocess.Popen([sys.executable, str(script), url, str(w)]) for w in range(4)]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0, 0, 0]
+    with RunStore(url) as store:
+        ids = [r.id for r in store.iter_runs()]
+    assert len(ids) == 240 and len(set(ids)) == 240
+
+
+def test_a_newer_schema_is_refused_and_left_alone(url: str) -> None:
+    RunStore(url).close()
+    engine = create_engine(store_url(url))
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE dtdr_meta SET value = '99' WHERE key = 'schema_version'"))
+    with pytest.raises(StoreError, match=r"version 99; this dtdr-agents reads up to version 1"):
+        RunStore(url)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT value FROM dtdr_meta")).scalar() == "99"
+    engine.dispose()
+
+
+def test_upgrade_runs_missing_steps_in_place_and_rolls_back_a_failed_one(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    with RunStore(url) as store:
+        store.add(_run(1))
+
+    def add_note(conn: Connection) -> None:
+        conn.execute(text("ALTER TABLE dtdr_runs ADD COLUMN note TEXT"))
+
+    def broken(conn: Connection) -> None:
+        conn.execute(text("ALTER TABLE dtdr_runs ADD COLUMN other TEXT"))
+        raise RuntimeError("step failed")
+
+    engine = RunStore(url).engine
+    with pytest.raises(RuntimeError, match="step failed"), engine.begin() as conn:
+        schema.upgrade(conn, [*schema.MIGRATIONS, add_note, broken])
+    with engine.connect() as conn:  # both steps rolled back, version unchanged
+        assert schema.read_version(conn) == 1
+        columns = [r[1] for r in conn.execute(text("PRAGMA table_info(dtdr_runs)"))]
+        assert "note" not in columns and "other" not in columns
+    with engine.begin() as conn:
+        assert schema.upgrade(conn, [*schema.MIGRATIONS, add_note]) == (1, 2)
+    with engine.connect() as conn:
+        assert schema.read_version(conn) == 2
+        assert conn.execute(text("SELECT count(*) FROM dtdr_runs")).scalar() == 1
+    engine.dispose()
+
+
+def test_a_foreign_runs_table_is_refused(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'other.db'}"
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE dtdr_runs (x INTEGER)"))
+    engine.dispose()
+    with pytest.raises(StoreError, match="not a dtdr-agents run store"):
+        RunStore(url)
+
+
+def test_urls_and_unreachable_servers_give_clear_errors(tmp_path: Path) -> None:
+    assert store_url(tmp_path / "a.db") == f"sqlite:///{tmp_path / 'a.db'}"
+    assert store_url("postgresql://u@h/db").startswith("postgresql+psycopg://")
+    with pytest.raises(StoreError, match="supports sqlite:/// and postgresql://"):
+        store_url("mysql://u@h/db")
+    with pytest.raises(StoreError, match=r"cannot open the run store postgresql\+psycopg://"):
+        RunStore("postgresql://nobody:secret@127.0.0.1:1/none")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("outcome", "maybe", "field 'outcome' must be one of"),
+        ("shown", (("a", ""),), "field 'shown' must be lists of tool names"),
+        ("request", "  ", "field 'query' must be a non-empty string"),
+        ("id", "", "field 'id' must be a non-empty string"),
+        ("edges", ((1, 0),), "field 'edges' has \\(1, 0\\)"),
+    ],
+)
+def test_bad_runs_name_the_field(field: str, value: object, message: str) -> None:
+    with pytest.raises(InvalidDemonstrationError, match=message):
+        _run(1, **{field: value})
+
+
+def test_import_jsonl_skips_a_partial_last_line_and_is_idempotent(tmp_path: Path) -> None:
+    path = tmp_path / "runs.jsonl"
+    lines = [
+        {"query": "find the weather in Paris", "calls": ["geocode", "weather"], "id": "a-1"},
+        {"query": "convert 3 miles to km", "calls": ["convert"]},
+        {"query": "convert 3 miles to km", "calls": ["convert"]},
+    ]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"query": "half')
+    with RunStore(tmp_path / "runs.db") as store:
+        added, problems = import_jsonl(store, path)
+        assert added == 3 and store.count() == 3
+        partial = [p for p in problems if p.message.endswith("a record being written")]
+        assert len(partial) == 1 and partial[0].where.endswith("runs.jsonl:4")
+        assert import_jsonl(store, path)[0] == 0
+        with path.open("a") as f:  # the writer finishes its line and adds another
+            f.write('", "calls": ["weather"]}\n')
+            f.write(json.dumps({"query": "weather in Rome today", "calls": ["weather"]}) + "\n")
+        assert import_jsonl(store, path)[0] == 2  # the finished line and the new one
+        assert store.count() == 5
