@@ -18,18 +18,18 @@ regular files (a named pipe or a folder in a file's place is refused before it i
 caps the size of the manifest (`MAX_MANIFEST_BYTES`) and of the arrays
 (`MAX_ARRAYS_BYTES`), and refuses NaN and infinite numbers in both.
 
+The manifest's fields and digests live in `dtdr_agents.foundation.manifest`, the safe file
+reads in `dtdr_agents.foundation.folder_read`; every name imports from here as well.
+
 Saving never deletes what is not ours: `write_model` replaces an existing folder only when
 it is empty or holds a saved model and nothing else (`model_folder_problem`).
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
-import re
-import stat
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,17 +38,25 @@ from typing import Any
 
 import numpy as np
 
-from dtdr_agents._version import __version__
 from dtdr_agents.foundation.atomic import atomic_write_dir, check_target, resolve_target
-from dtdr_agents.foundation.errors import DTDRError, ModelLoadError
-from dtdr_agents.foundation.types import Toolset
+from dtdr_agents.foundation.errors import ModelLoadError
+from dtdr_agents.foundation.folder_read import _open_dir, _read_file, _replaced
+from dtdr_agents.foundation.manifest import (
+    ARRAYS,
+    CHILD_NAME,
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    _arrays_metadata,
+    _check_catalogue,
+    _check_specs,
+    _json_default,
+    _parse_manifest,
+    _RetryableError,
+    manifest_digest,
+    tool_order_digest,
+)
 
-FORMAT = "dtdr-agents/retriever"
-FORMAT_VERSION = 2
-MANIFEST = "manifest.json"
-ARRAYS = "arrays.safetensors"
-CHILD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-"""A nested retriever's folder name: a constructor parameter name."""
 MAX_MANIFEST_BYTES = 64 * 2**20
 """Largest manifest read (a catalogue of 100,000 tools fits)."""
 MAX_ARRAYS_BYTES = 4 * 2**30
@@ -156,48 +164,6 @@ class SavedModel:
         return out, digest
 
 
-def tool_order_digest(manifest: Mapping[str, Any]) -> str:
-    """SHA-256 of the tool names in order, fitted and current (array rows follow them)."""
-
-    def names(tools: Any) -> list[Any] | None:
-        if not isinstance(tools, list):
-            return None
-        return [t.get("name") if isinstance(t, Mapping) else None for t in tools]
-
-    both = [names(manifest.get("tools")), names(manifest.get("current_tools"))]
-    return hashlib.sha256(json.dumps(both, ensure_ascii=False).encode()).hexdigest()
-
-
-def _arrays_metadata(data: bytes, apath: Path) -> dict[str, Any]:
-    """The `__metadata__` of a safetensors file's header."""
-    try:
-        size = int.from_bytes(data[:8], "little")
-        header = json.loads(data[8 : 8 + size].decode("utf-8")) if size < len(data) else None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        header = None
-    if not isinstance(header, dict):
-        raise _RetryableError(f"{apath}: corrupt (no safetensors header)")
-    meta = header.get("__metadata__") or {}
-    return meta if isinstance(meta, dict) else {}
-
-
-def manifest_digest(manifest: Mapping[str, Any]) -> str:
-    """SHA-256 of the manifest's canonical JSON, its "integrity" field left out."""
-    body = {k: v for k, v in manifest.items() if k != "integrity"}
-    text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating):
-        return float(obj)
-    if isinstance(obj, tuple | set | frozenset):
-        return list(obj)
-    raise TypeError(f"cannot write {type(obj).__name__} to JSON")
-
-
 def model_folder_problem(folder: Path) -> str | None:
     """Why a save may not replace the existing folder `folder`; None when it may.
 
@@ -265,174 +231,12 @@ def write_model(path: str | Path, model: SavedModel) -> Path:
     return atomic_write_dir(path, files, replaceable=model_folder_problem)
 
 
-class _RetryableError(ModelLoadError):
-    """A read that may have raced with a save; retried while the folder changes."""
-
-
-def _open_dir(name: str | Path, parent_fd: int | None, shown: Path) -> int:
-    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
-    if parent_fd is not None:
-        flags |= getattr(os, "O_NOFOLLOW", 0)
-    try:
-        if parent_fd is None:
-            return os.open(name, flags)
-        return os.open(name, flags, dir_fd=parent_fd)
-    except FileNotFoundError:
-        raise _RetryableError(f"{shown}: no such model folder") from None
-    except NotADirectoryError:
-        raise ModelLoadError(f"{shown}: not a folder") from None
-    except OSError as exc:
-        raise _open_error(exc, shown) from None
-
-
-def _open_error(exc: OSError, shown: Path) -> ModelLoadError:
-    """The error for a file or folder of a model that cannot be opened."""
-    if exc.errno == errno.ELOOP:
-        return ModelLoadError(
-            f"{shown}: is a symbolic link; a model folder must not link outside itself"
-        )
-    return ModelLoadError(f"{shown}: cannot open ({exc.strerror})")
-
-
-_KINDS = {
-    stat.S_IFDIR: "a folder",
-    stat.S_IFIFO: "a named pipe (FIFO)",
-    stat.S_IFSOCK: "a socket",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-}
-
-
-def _check_regular(mode: int, size: int, shown: Path, cap: int, cap_name: str) -> None:
-    """Refuse what is not a regular file of at most `cap` bytes (named `cap_name`)."""
-    if stat.S_ISLNK(mode):
-        raise ModelLoadError(
-            f"{shown}: is a symbolic link; a model folder must not link outside itself"
-        )
-    if not stat.S_ISREG(mode):
-        kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
-        raise ModelLoadError(f"{shown}: is {kind}, not a regular file")
-    if size > cap:
-        raise ModelLoadError(
-            f"{shown}: {size} bytes, more than the {cap} allowed "
-            f"(dtdr_agents.foundation.persistence.{cap_name})"
-        )
-
-
-def _read_file(dir_fd: int, name: str, shown: Path, cap: int, cap_name: str) -> bytes:
-    """The bytes of the regular file `name` in the open folder (no symlink followed).
-
-    The type is checked before the file is opened, and opened without blocking, so a named
-    pipe in its place is refused instead of waiting for a writer.
-    """
-    try:
-        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        raise _RetryableError(f"{shown}: missing") from None
-    except OSError as exc:
-        raise _open_error(exc, shown) from None
-    _check_regular(info.st_mode, info.st_size, shown, cap, cap_name)
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(name, flags, dir_fd=dir_fd)
-    except FileNotFoundError:
-        raise _RetryableError(f"{shown}: missing") from None
-    except OSError as exc:
-        raise _open_error(exc, shown) from None
-    try:
-        info = os.fstat(fd)  # the name may have been replaced since the check
-        _check_regular(info.st_mode, info.st_size, shown, cap, cap_name)
-        with os.fdopen(fd, "rb") as fh:
-            fd = -1
-            data = fh.read(info.st_size + 1)  # one byte more shows a file still growing
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    if len(data) > info.st_size:
-        raise ModelLoadError(f"{shown}: grew while it was read (is something writing it?)")
-    return data
-
-
 def _read_manifest_bytes(dir_fd: int, shown: Path) -> bytes:
     return _read_file(dir_fd, MANIFEST, shown, MAX_MANIFEST_BYTES, "MAX_MANIFEST_BYTES")
 
 
 def _read_arrays_bytes(dir_fd: int, shown: Path) -> bytes:
     return _read_file(dir_fd, ARRAYS, shown, MAX_ARRAYS_BYTES, "MAX_ARRAYS_BYTES")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not np.isfinite(value):
-        raise ValueError(f"number {text} is out of range")
-    return value
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def _parse_manifest(data: bytes, mpath: Path) -> dict[str, Any]:
-    try:
-        manifest = json.loads(
-            data.decode("utf-8"), parse_float=_finite_float, parse_constant=_no_constant
-        )
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise _RetryableError(f"{mpath}: not valid JSON ({exc})") from None
-    except ValueError as exc:  # NaN, Infinity, 1e999: never a valid parameter or state
-        raise ModelLoadError(f"{mpath}: holds a NaN or infinite number ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise _RetryableError(f"{mpath}: field 'format' is not {FORMAT!r}")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise ModelLoadError(
-            f"{mpath}: field 'format_version' is {manifest.get('format_version')!r}; this "
-            f"dtdr-agents ({__version__}) reads version {FORMAT_VERSION} (save the model again)"
-        )
-    for key in ("class", "params", "tools", "catalogue_hash", "state", "integrity"):
-        if key not in manifest:
-            raise _RetryableError(f"{mpath}: missing field {key!r}")
-    children = manifest.get("children", [])
-    if not isinstance(children, list) or not all(
-        isinstance(c, str) and CHILD_NAME.match(c) for c in children
-    ):
-        raise _RetryableError(f"{mpath}: field 'children' must list parameter names")
-    integrity = manifest["integrity"]
-    if not isinstance(integrity, dict) or not all(
-        isinstance(integrity.get(k), str) for k in ("arrays_sha256", "manifest_sha256")
-    ):
-        raise _RetryableError(f"{mpath}: field 'integrity' is not valid")
-    return manifest
-
-
-def _check_catalogue(manifest: Mapping[str, Any], mpath: Path) -> None:
-    try:
-        tools = Toolset(manifest["tools"])
-    except (DTDRError, TypeError, ValueError) as exc:
-        raise _RetryableError(f"{mpath}: field 'tools' is invalid: {exc}") from None
-    if tools.catalogue_hash != manifest["catalogue_hash"]:
-        raise _RetryableError(
-            f"{mpath}: field 'catalogue_hash' does not match field 'tools' (edited?)"
-        )
-
-
-def _check_specs(
-    manifest: Mapping[str, Any], arrays: Mapping[str, np.ndarray], mpath: Path, apath: Path
-) -> None:
-    """The arrays have exactly the names, dtypes and shapes the manifest records."""
-    specs = manifest.get("arrays")
-    if not isinstance(specs, dict) or set(specs) != set(arrays):
-        raise _RetryableError(f"{mpath}: field 'arrays' does not list the arrays of {apath.name}")
-    for name, array in arrays.items():
-        spec = specs[name]
-        if (
-            not isinstance(spec, dict)
-            or spec.get("dtype") != array.dtype.str
-            or spec.get("shape") != list(array.shape)
-        ):
-            raise _RetryableError(
-                f"{apath}: array {name!r} is {array.dtype.str} {list(array.shape)}, but {mpath} "
-                f"records {spec!r}"
-            )
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
@@ -548,16 +352,6 @@ def read_model(path: str | Path) -> SavedModel:
         pause = min(pause * 2, 0.1)
 
 
-def _replaced(folder: Path, fd: int) -> bool:
-    """Whether `folder` no longer names the folder open as `fd` (a save replaced it)."""
-    try:
-        now = os.stat(folder)
-    except OSError:
-        return True
-    held = os.fstat(fd)
-    return (now.st_ino, now.st_dev) != (held.st_ino, held.st_dev)
-
-
 def check_saved_values(model: SavedModel, n_tools: int) -> None:
     """Check the values every saved retriever has: array types and finiteness, end rate.
 
@@ -601,3 +395,29 @@ def child_arrays(arrays: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.
     """The arrays under `prefix/`, with the prefix removed."""
     cut = len(prefix) + 1
     return {k[cut:]: v for k, v in arrays.items() if k.startswith(f"{prefix}/")}
+
+
+__all__ = [
+    "ARRAYS",
+    "CHILD_NAME",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MANIFEST",
+    "MAX_ARRAYS_BYTES",
+    "MAX_MANIFEST_BYTES",
+    "READ_RETRY_SECONDS",
+    "EncoderMismatchError",
+    "SavedModel",
+    "arrays_path",
+    "check_save_target",
+    "check_saved_values",
+    "child_arrays",
+    "manifest_digest",
+    "manifest_path",
+    "model_folder_problem",
+    "read_arrays",
+    "read_manifest",
+    "read_model",
+    "tool_order_digest",
+    "write_model",
+]
