@@ -6,17 +6,19 @@ Agents record runs (`RunStore.add`); `fit` and `refit` read demonstrations from 
 
 from __future__ import annotations
 
-from dtdr_agents.store.importers import import_jsonl
+from dtdr_agents.store.importers import FORMATS, import_jsonl, import_traces
 from dtdr_agents.store.runs import DEFAULT_URL, OUTCOMES, RunRecord, RunStore, store_url
 from dtdr_agents.store.schema import SCHEMA_VERSION, StoreError
 
 __all__ = [
     "DEFAULT_URL",
+    "FORMATS",
     "OUTCOMES",
     "SCHEMA_VERSION",
     "RunRecord",
     "RunStore",
     "StoreError",
     "import_jsonl",
+    "import_traces",
     "store_url",
 ]

@@ -1,4 +1,4 @@
-"""Turn existing traces into runs of the store: JSONL recordings (more formats to follow).
+"""Turn existing traces into runs of the store: JSONL recordings, LangSmith, OpenTelemetry.
 
 Importing is idempotent: every run gets an id derived from its source (the recording's own
 ``id``, else a hash of its content and its position among identical records), so importing
@@ -16,6 +16,10 @@ from dtdr_agents.datasets.base import Problem
 from dtdr_agents.datasets.jsonl import load_jsonl
 from dtdr_agents.foundation.types import Demonstration
 from dtdr_agents.store.runs import RunRecord, RunStore
+from dtdr_agents.store.traces import langsmith_spans, otel_spans, runs_from_spans
+
+FORMATS = ("jsonl", "langsmith", "otel")
+"""The trace formats `import_traces` reads."""
 
 
 def _content_id(prefix: str, demo: Demonstration, seen: Counter[str]) -> str:
@@ -44,3 +48,29 @@ def import_jsonl(store: RunStore, path: str | Path) -> tuple[int, tuple[Problem,
         for demo in data.demos
     ]
     return store.add_many(runs), tuple(data.problems)
+
+
+def import_traces(
+    store: RunStore, path: str | Path, format: str
+) -> tuple[int, tuple[Problem, ...]]:
+    """Add the runs of a trace file in `format` (one of `FORMATS`) to `store`.
+
+    LangSmith run exports and OpenTelemetry GenAI spans (OTLP JSON) become one run per trace
+    (`dtdr_agents.store.traces`); ids are ``langsmith-<trace id>`` / ``otel-<trace id>``, so a
+    re-import adds only new traces.
+
+    Returns:
+        How many runs were new, and the problems (traces skipped, with the reason).
+
+    Raises:
+        ValueError: If `format` is not one of `FORMATS`.
+        DatasetFormatError: The file is not in that format (file and line or item named).
+    """
+    if format == "jsonl":
+        return import_jsonl(store, path)
+    readers = {"langsmith": langsmith_spans, "otel": otel_spans}
+    if format not in readers:
+        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    where = str(path)
+    runs, problems = runs_from_spans(readers[format](Path(path)), source=format, where=where)
+    return store.add_many(runs), tuple(problems)
