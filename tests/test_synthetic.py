@@ -185,3 +185,25 @@ def test_shared_wording_is_ambiguous_between_intents(data: Dataset) -> None:
         if "summarize_pdf" in d.calls and " and send it to " in d.query
     }
     assert {"compose_email", "send_sms"} <= ends
+
+
+def test_demo_data_table_is_consistent():
+    """Every template's plan names catalogue tools and earlier labels, and its slots exist."""
+    import string
+
+    from dtdr_agents.datasets.demo_data import INTENTS, POOLS
+
+    names = {t.name for t in DEMO_TOOLS}
+    slots = set(POOLS) | {f"{k}2" for k in POOLS} | {"pdf", "people"}
+    for intent in INTENTS:
+        labels: set[str] = set()
+        for step in intent.plan.split():
+            label, _, rest = step.rpartition("=")
+            rest, _, needs = rest.partition("<")
+            tool = rest.partition("@")[0].partition("*")[0]
+            assert tool in names, (intent.name, tool)
+            assert {n for n in needs.split(",") if n} <= labels, (intent.name, step)
+            labels.add(label)
+        for text in intent.paraphrases:
+            used = {f for _, f, _, _ in string.Formatter().parse(text) if f}
+            assert used <= slots, (intent.name, used - slots)
