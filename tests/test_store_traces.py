@@ -161,3 +161,23 @@ def test_malformed_traces_name_the_file_and_place(
         assert store.count() == 0  # nothing half-written
         with pytest.raises(ValueError, match="format must be one of"):
             import_traces(store, path, "csv")
+
+
+def test_store_commands_import_and_count(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dtdr_agents.cli import main
+
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps(LANGSMITH))
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    assert main(["store", "import", str(path), "--format", "langsmith", "--store", db]) == 0
+    assert main(["store", "import", str(path), "--format", "langsmith", "--store", db]) == 0
+    out = capsys.readouterr()
+    assert f"{path}: 2 new runs" in out.out and f"{path}: 0 new runs" in out.out
+    assert "trace t3" in out.err
+    assert main(["store", "stats", "--store", db]) == 0
+    stats = capsys.readouterr().out
+    assert "schema version 1, 2 runs" in stats and "langsmith    failure  1" in stats
+    assert main(["store", "import", str(tmp_path / "nope.json"), "--store", db]) == 2
+    assert "nope.json: no such file" in capsys.readouterr().err

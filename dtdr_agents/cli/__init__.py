@@ -26,6 +26,7 @@ GROUPS = (
     "dtdr_agents.cli.mcp",  # mcp-proxy (history-aware MCP proxy)
     "dtdr_agents.cli.planning",  # toolqp-speed (ToolQP planning overhead)
     "dtdr_agents.cli.recommend",  # recommend-bench (tool sets: TRACC, size, calibration)
+    "dtdr_agents.cli.store",  # store import, store stats (the run store)
 )
 """Modules that add commands, in help order."""
 
