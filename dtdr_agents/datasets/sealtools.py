@@ -26,9 +26,11 @@ test_in_domain, test_out_domain, then any other, in that order). For the publish
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
 
 from dtdr_agents.datasets._io import (
     Catalogue,
@@ -36,10 +38,10 @@ from dtdr_agents.datasets._io import (
     DatasetNotFoundError,
     Report,
     UnknownTools,
+    add_plan,
     add_tool,
     call_arguments,
     check_unknown_tools,
-    make_demo,
     object_schema,
     require_exists,
     require_file,
@@ -49,8 +51,8 @@ from dtdr_agents.datasets._io import (
 from dtdr_agents.datasets._json import (
     iter_jsonl,
 )
+from dtdr_agents.datasets._raw import Name, OrEmptyDict, OrEmptyList, RawRecord, parse
 from dtdr_agents.datasets.base import Dataset
-from dtdr_agents.datasets.plans import PlanCycleError, order_plan
 
 PlanOrder = Literal["dependencies", "recorded"]
 """How a loader turns a recorded call sequence into a plan (see the module docstrings)."""
@@ -116,32 +118,51 @@ def load_sealtools(
     )
 
 
+class ToolRecord(RawRecord):
+    """One line of ``tool.jsonl`` (other fields, such as ``responses``, are not read)."""
+
+    api_name: str = Field(description="the tool's name")
+    api_description: Any = None
+    parameters: Annotated[dict[str, dict[str, Any]], OrEmptyDict] = Field(
+        default={}, description="parameter name -> {type, description}"
+    )
+    required: Annotated[list[Any], OrEmptyList] = Field(
+        default=[], description="a list of parameter names"
+    )
+
+
+class Call(RawRecord):
+    """One entry of a sample's ``calling``."""
+
+    api: Name = Field(description="the called tool's name")
+    parameters: Any = Field(default_factory=dict)
+    responses: list[str] = Field(default=[], description="a list of output labels")
+
+
+class Sample(RawRecord):
+    """One line of a split file."""
+
+    id: Any = None
+    query: Any = None
+    calling: list[Call] = Field(description="a list of calls")
+
+
 def read_sealtools_tools(path: Path, report: Report) -> Catalogue:
     """Read ``tool.jsonl`` into a catalogue (JSON-schema parameters, in file order)."""
     require_file(path, f"{TOOLS_FILE} (the Seal-Tools tool catalogue)")
     catalogue = Catalogue()
     for line, record in iter_jsonl(path, report):
-        if not isinstance(record, Mapping) or not isinstance(record.get("api_name"), str):
-            report.malformed("expected a tool object with a string 'api_name'", path, line)
+        tool = parse(ToolRecord, record, report, path, line)
+        if tool is None:
             continue
-        params = record.get("parameters") or {}
-        required = record.get("required") or []
-        if not isinstance(params, Mapping) or not all(
-            isinstance(v, Mapping) for v in params.values()
-        ):
-            report.malformed("field 'parameters' must map names to {type, description}", path, line)
-            continue
-        if not isinstance(required, list):
-            report.malformed("field 'required' must be a list of parameter names", path, line)
-            continue
-        desc = record.get("api_description")
+        desc = tool.api_description
         add_tool(
             catalogue,
             report,
             {
-                "name": record["api_name"],
+                "name": tool.api_name,
                 "description": desc if isinstance(desc, str) else "",
-                "parameters": object_schema(params, required),
+                "parameters": object_schema(tool.parameters, tool.required),
             },
             path,
             line,
@@ -179,68 +200,47 @@ def _add_sample(
     report: Report,
     out: Collector,
 ) -> None:
-    if not isinstance(record, Mapping):
-        report.malformed(f"expected a JSON object, got {type(record).__name__}", path, line)
+    sample = parse(Sample, record, report, path, line)
+    if sample is None:
         return
-    calling = record.get("calling")
-    if not isinstance(calling, list):
-        report.malformed("missing field 'calling' (a list of calls)", path, line)
-        return
-    calls: list[str] = []
-    for k, call in enumerate(calling):
-        api = call.get("api") if isinstance(call, Mapping) else None
-        if not isinstance(api, str) or not api:
-            report.malformed(f"calling[{k}] must be an object with an 'api' name", path, line)
-            return
-        responses = call.get("responses", [])
-        if not isinstance(responses, list) or not all(isinstance(r, str) for r in responses):
-            report.malformed(f"calling[{k}].responses must be a list of labels", path, line)
-            return
-        calls.append(api)
-    raw_id = record.get("id")
-    demo_id = None if raw_id is None else str(raw_id)
+    calling = sample.calling
+    calls = [c.api for c in calling]
+    demo_id = None if sample.id is None else str(sample.id)
     if not resolve_unknown(calls, catalogue, policy, report, path, line, TOOLS_FILE):
         return
     edges = None if order == "recorded" else _reference_edges(calling, report, path, line)
-    try:
-        plan = order_plan(calls, edges)
-    except PlanCycleError as exc:
-        report.skipped(f"output references: {exc}", path, line)
-        return
-    arguments = call_arguments(
-        [c.get("parameters", {}) for c in calling],
-        [", ".join(c.get("responses", [])) or None for c in calling],
-        "calling[{k}].parameters",
-        report,
+    add_plan(
+        out,
         path,
         line,
-        plan.order,
-    )
-    demo = make_demo(
-        report,
-        path,
-        line,
-        record.get("query"),
-        plan.calls,
-        plan.edges,
+        sample.query,
+        calls,
+        edges,
         demo_id,
-        arguments,
+        cycle="output references",
+        arguments=lambda plan_order: call_arguments(
+            [c.parameters for c in calling],
+            [", ".join(c.responses) or None for c in calling],
+            "calling[{k}].parameters",
+            report,
+            path,
+            line,
+            plan_order,
+        ),
     )
-    if demo is not None:
-        out.add(demo, path, line)
 
 
 def _reference_edges(
-    calling: Sequence[Mapping[str, Any]], report: Report, path: Path, line: int
+    calling: Sequence[Call], report: Report, path: Path, line: int
 ) -> list[tuple[int, int]]:
     """Edges (producer, consumer) from response labels used as arguments."""
     owner: dict[str, int] = {}
     for k, call in enumerate(calling):
-        for label in call.get("responses", []):
+        for label in call.responses:
             owner.setdefault(label, k)
     edges: set[tuple[int, int]] = set()
     for j, call in enumerate(calling):
-        for text in text_of(call.get("parameters", {})):
+        for text in text_of(call.parameters):
             for label in _LABEL.findall(text):
                 i = owner.get(label)
                 if i is None:
