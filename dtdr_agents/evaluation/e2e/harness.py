@@ -2,9 +2,9 @@
 
 `prepare_e2e` fits the retrievers on the training plans (as `dtdr-agents bench` does) and builds
 every request; `dry_run_report` counts them and their prompt tokens without any network;
-`run_e2e` sends them with a concurrency limit, retries and a per-request time-out
-(`dtdr_agents.foundation.retry` through `OpenAIChat`), caches each answered step in an append-only
-JSONL file so an interrupted run resumes, and aggregates the metrics per (retriever, mode).
+`run_e2e` sends them (`dtdr_agents.evaluation.e2e.calls`: a concurrency limit, retries and a
+per-request time-out through `OpenAIChat`), caches each answered step in an append-only JSONL
+file so an interrupted run resumes, and aggregates the metrics per (retriever, mode).
 """
 
 from __future__ import annotations
@@ -13,35 +13,32 @@ import asyncio
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from dtdr_agents.datasets.base import Dataset
-from dtdr_agents.evaluation.e2e.arguments import score_arguments
 from dtdr_agents.evaluation.e2e.cache import StepCache, step_key
-from dtdr_agents.evaluation.e2e.metrics import classify_reply, read_arguments, summarize
+from dtdr_agents.evaluation.e2e.calls import (
+    ARGUMENTS_CELL,
+    argument_key,
+    error_type,
+    run_requests,
+)
+from dtdr_agents.evaluation.e2e.metrics import summarize
 from dtdr_agents.evaluation.e2e.protocol import (
-    END_TOOL,
     NO_RETRIEVER,
-    ArgumentRequest,
-    E2EStep,
     ProtocolBuilder,
     StepRequest,
     cells,
 )
 from dtdr_agents.foundation.chat import OpenAIChat
 from dtdr_agents.foundation.encoders import Encoder
-from dtdr_agents.foundation.errors import ChatModelError
 from dtdr_agents.foundation.progress import Progress, no_progress
-from dtdr_agents.foundation.retry import status_code
 from dtdr_agents.foundation.selection import SelectionPolicy
 from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.runtime.prompting import TokenCounter, get_token_counter
 
 REPORT_KIND = "e2e"
 """The ``kind`` field of an end-to-end JSON report (`dtdr-agents report` dispatches on it)."""
-
-ARGUMENTS_CELL = "<arguments>"
-"""The ``retriever`` of a cached parameter-filling answer (shared by every cell)."""
 
 MAX_LISTED_PROMPTS = 10
 """Parameter-filling prompts a dry-run report shows in full (all are listed by step)."""
@@ -231,10 +228,6 @@ def dry_run_report(
     return report
 
 
-def _argument_key(model: str, req: ArgumentRequest) -> str:
-    return step_key(model, ARGUMENTS_CELL, req.function, req.fingerprint)
-
-
 def _argument_listing(plan: E2EPlan, model: str | None, cache: StepCache | None) -> dict[str, Any]:
     """The parameter-filling prompts of a run, one per step and next function.
 
@@ -243,7 +236,7 @@ def _argument_listing(plan: E2EPlan, model: str | None, cache: StepCache | None)
     reqs = plan.builder.argument_requests()
     cached = 0
     if cache is not None and model:
-        cached = sum(_argument_key(model, r) in cache for r in reqs)
+        cached = sum(argument_key(model, r) in cache for r in reqs)
     tokens = [r.prompt_tokens for r in reqs]
     return {
         "scored": plan.builder.has_arguments,
@@ -269,241 +262,6 @@ def _argument_listing(plan: E2EPlan, model: str | None, cache: StepCache | None)
     }
 
 
-def error_type(exc: BaseException) -> str:
-    """A short class of a failed request.
-
-    One of endpoint (an HTTP 200 that is not a completion), unreachable, timeout,
-    http_<status>, malformed, other.
-    """
-    cause: BaseException = exc
-    while isinstance(cause, ChatModelError) and cause.__cause__ is not None:
-        cause = cause.__cause__
-    names = {cls.__name__ for cls in type(cause).__mro__}
-    if "EndpointFaultError" in names:
-        return "endpoint"
-    code = status_code(cause)
-    if "APITimeoutError" in names or isinstance(cause, TimeoutError):
-        return "timeout"
-    if code is not None:
-        return f"http_{code}"
-    if names & {"APIConnectionError", "ConnectError", "ConnectionError"}:
-        return "unreachable"
-    if isinstance(cause, ValueError) or "APIResponseValidationError" in names:
-        return "malformed"
-    return "other"
-
-
-def _row(req: StepRequest, model: str, key: str) -> dict[str, Any]:
-    return {
-        "key": key,
-        "model": model,
-        "retriever": req.retriever,
-        "mode": req.mode,
-        "plan": req.step.plan,
-        "step": req.step.step,
-        "plan_id": req.step.plan_id,
-        "is_end": req.step.is_end,
-        "acceptable": sorted(req.step.acceptable),
-        "n_bound": len(req.bound),
-        "prompt_tokens": req.prompt_tokens,
-        "variable_tokens": req.variable_tokens,
-        "tool_tokens": req.tool_tokens,
-    }
-
-
-async def _ask(
-    req: StepRequest,
-    chat: OpenAIChat,
-    key: str,
-    semaphore: asyncio.Semaphore,
-    catalogue: frozenset[str],
-    request_kwargs: Mapping[str, Any],
-    text_ends_plan: bool,
-) -> dict[str, Any]:
-    row = _row(req, chat.model, key)
-    async with semaphore:
-        start = time.perf_counter()
-        try:
-            response = await chat.acreate(req.messages, tools=req.tools, **request_kwargs)
-        except Exception as exc:  # every failure is recorded per step, never raised
-            row.update(
-                kind="error",
-                correct=False,
-                called=None,
-                error_type=error_type(exc),
-                error=str(exc)[:500],
-                latency_ms=(time.perf_counter() - start) * 1000.0,
-            )
-            return row
-        row["latency_ms"] = (time.perf_counter() - start) * 1000.0
-    row.update(
-        classify_reply(
-            response,
-            bound=req.bound,
-            catalogue=catalogue,
-            acceptable=req.step.acceptable,
-            end_tool=END_TOOL,
-            text_ends_plan=text_ends_plan,
-        )
-    )
-    return row
-
-
-async def _arun(
-    plan: E2EPlan,
-    chat: OpenAIChat,
-    cache: StepCache | None,
-    concurrency: int,
-    progress: Progress,
-    request_kwargs: Mapping[str, Any],
-    text_ends_plan: bool,
-) -> tuple[list[dict[str, Any]], int, int, int]:
-    rows: list[dict[str, Any]] = []
-    todo: list[tuple[StepRequest, str]] = []
-    for req in plan.requests:
-        key = step_key(chat.model, req.retriever, req.mode, req.fingerprint)
-        hit = cache.get(key) if cache is not None else None
-        if hit is not None:
-            rows.append(hit)
-        else:
-            todo.append((req, key))
-    cached = len(rows)
-    if todo:
-        _ = chat.async_client  # fail here, not per step, when the openai package is missing
-    semaphore = asyncio.Semaphore(concurrency)
-    catalogue = frozenset(plan.builder.api_catalogue.names)
-    tasks = [
-        asyncio.ensure_future(
-            _ask(req, chat, key, semaphore, catalogue, request_kwargs, text_ends_plan)
-        )
-        for req, key in todo
-    ]
-    try:
-        for next_done in progress(asyncio.as_completed(tasks), "e2e", len(tasks)):
-            row = await next_done
-            if cache is not None and row["kind"] != "error":
-                cache.add(row)
-            rows.append(row)
-        rows, arg_calls, arg_cached = await _fill_arguments(
-            plan, chat, rows, cache, semaphore, progress
-        )
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await chat.aclose()
-    return rows, cached, arg_calls, arg_cached
-
-
-def _needs_arguments(row: Mapping[str, Any], step: E2EStep) -> bool:
-    """A correctly selected catalogue tool at a step with recorded arguments."""
-    return (
-        bool(row.get("correct"))
-        and row.get("kind") in ("tool", "unbound")
-        and step.gold_arguments is not None
-        and not step.is_end
-    )
-
-
-async def _ask_arguments(
-    req: ArgumentRequest, chat: OpenAIChat, key: str, semaphore: asyncio.Semaphore
-) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "key": key,
-        "model": chat.model,
-        "retriever": ARGUMENTS_CELL,
-        "mode": req.function,
-        "plan": req.step.plan,
-        "step": req.step.step,
-        "function": req.function,
-        "prompt_tokens": req.prompt_tokens,
-    }
-    async with semaphore:
-        start = time.perf_counter()
-        try:
-            response = await chat.acreate(
-                req.messages, tools=req.tools, tool_choice=req.tool_choice
-            )
-        except Exception as exc:  # recorded, never raised (as for selection steps)
-            row.update(
-                kind="error",
-                error_type=error_type(exc),
-                error=str(exc)[:500],
-                latency_ms=(time.perf_counter() - start) * 1000.0,
-            )
-            return row
-        row["latency_ms"] = (time.perf_counter() - start) * 1000.0
-    row.update(kind="arguments", **read_arguments(response, req.function))
-    return row
-
-
-async def _fill_arguments(
-    plan: E2EPlan,
-    chat: OpenAIChat,
-    rows: list[dict[str, Any]],
-    cache: StepCache | None,
-    semaphore: asyncio.Semaphore,
-    progress: Progress,
-) -> tuple[list[dict[str, Any]], int, int]:
-    """Ask (or reuse) the parameter filling of every correctly selected function and score it.
-
-    Returns the selection rows, each with ``has_arguments`` and, where asked, ``args``
-    (``{"match", "reason", "kind"}``, or ``{"error", "error_type"}``); the calls made; the answers
-    reused from the cache.
-    """
-    builder = plan.builder
-    steps = {(s.plan, s.step): s for s in builder.steps}
-    wanted: dict[tuple[int, int, str], ArgumentRequest] = {}
-    out: list[dict[str, Any]] = []
-    for row in rows:
-        step = steps[(int(row["plan"]), int(row["step"]))]
-        row = {**row, "has_arguments": step.gold_arguments is not None}
-        out.append(row)
-        if _needs_arguments(row, step):
-            ident = (step.plan, step.step, str(row["called"]))
-            if ident not in wanted:
-                wanted[ident] = builder.argument_request(step, str(row["called"]))
-    answers: dict[tuple[int, int, str], dict[str, Any]] = {}
-    todo: list[tuple[tuple[int, int, str], ArgumentRequest, str]] = []
-    for ident, req in wanted.items():
-        key = _argument_key(chat.model, req)
-        hit = cache.get(key) if cache is not None else None
-        if hit is not None:
-            answers[ident] = hit
-        else:
-            todo.append((ident, req, key))
-    reused = len(answers)
-    tasks = [
-        asyncio.ensure_future(_ask_arguments(req, chat, key, semaphore)) for _, req, key in todo
-    ]
-    try:
-        for next_done in progress(asyncio.as_completed(tasks), "arguments", len(tasks)):
-            answer = await next_done
-            if cache is not None and answer["kind"] != "error":
-                cache.add(answer)
-            answers[(int(answer["plan"]), int(answer["step"]), str(answer["function"]))] = answer
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    for row in out:
-        step = steps[(int(row["plan"]), int(row["step"]))]
-        if not _needs_arguments(row, step):
-            continue
-        answer = answers[(step.plan, step.step, str(row["called"]))]
-        if answer["kind"] == "error":
-            row["args"] = {"error": answer.get("error"), "error_type": answer.get("error_type")}
-            continue
-        score = score_arguments(
-            answer.get("arguments"),
-            step.gold_for(str(row["called"])),
-            builder.schemas[str(row["called"])]["function"]["parameters"],
-            step.labels,
-        )
-        row["args"] = {"match": score.match, "reason": score.reason, "kind": score.kind}
-    return out, len(todo), reused
-
-
 async def arun_e2e(
     plan: E2EPlan,
     chat: OpenAIChat,
@@ -521,7 +279,7 @@ async def arun_e2e(
     kwargs: dict[str, Any] = {}
     if tool_choice is not None:
         kwargs["tool_choice"] = tool_choice
-    rows, cached, arg_calls, arg_cached = await _arun(
+    rows, cached, arg_calls, arg_cached = await run_requests(
         plan, chat, cache, concurrency, progress or no_progress, kwargs, text_ends_plan
     )
     report = _base_report(plan, model=chat.model, dry_run=False)
@@ -536,16 +294,17 @@ async def arun_e2e(
     return report
 
 
-def run_e2e(
-    plan: E2EPlan,
-    chat: OpenAIChat,
-    *,
-    cache: StepCache | None = None,
-    concurrency: int = 4,
-    progress: Progress | None = None,
-    tool_choice: str | None = "auto",
-    text_ends_plan: bool = True,
-) -> dict[str, Any]:
+class RunOptions(TypedDict, total=False):
+    """The keyword options of `run_e2e` and `arun_e2e` (see `run_e2e`)."""
+
+    cache: StepCache | None
+    concurrency: int
+    progress: Progress | None
+    tool_choice: str | None
+    text_ends_plan: bool
+
+
+def run_e2e(plan: E2EPlan, chat: OpenAIChat, **options: Unpack[RunOptions]) -> dict[str, Any]:
     """Send every request of `plan` to `chat` and aggregate the metrics per (retriever, mode).
 
     Failed requests (unreachable endpoint, time-out, HTTP error after the retries, malformed
@@ -565,17 +324,7 @@ def run_e2e(
         A report of kind ``"e2e"``: per-cell metrics in ``results`` (see
         `dtdr_agents.evaluation.e2e.metrics.summarize`), ``calls`` made and ``cached`` steps reused.
     """
-    return asyncio.run(
-        arun_e2e(
-            plan,
-            chat,
-            cache=cache,
-            concurrency=concurrency,
-            progress=progress,
-            tool_choice=tool_choice,
-            text_ends_plan=text_ends_plan,
-        )
-    )
+    return asyncio.run(arun_e2e(plan, chat, **options))
 
 
 def summarize_cells(
