@@ -1,0 +1,104 @@
+"""Publishing fitted models behind an atomic `latest` pointer, rollback and hot reload."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from dtdr_agents.datasets.synthetic import make_demo_dataset
+from dtdr_agents.retrievers import load_retriever, make_retriever
+from dtdr_agents.retrievers.base import ToolRetriever
+from dtdr_agents.store import PublishError, Reloader, ReloadWarning, publish, rollback, versions
+from dtdr_agents.store.publish import POINTER, current
+
+
+@pytest.fixture(scope="module")
+def fitted() -> list[ToolRetriever]:
+    """Three models that rank differently: a refit moves what the agent is shown."""
+    data = make_demo_dataset(n=60, seed=0)
+    models = [
+        make_retriever("bm25").fit(data.demos, data.tools),
+        make_retriever("dtdr-c", encoder="tfidf", seed=0).fit(data.demos[:30], data.tools),
+        make_retriever("dtdr-c", encoder="tfidf", seed=1, order=1).fit(data.demos, data.tools),
+    ]
+    assert _names(models[0]) != _names(models[1])
+    return models
+
+
+def _names(model: ToolRetriever) -> list[str]:
+    return model.rank("find Sam's email and write to him", ["get_email_address"]).ranked_names()[:5]
+
+
+def test_publish_moves_latest_and_reloader_takes_it_between_steps(
+    tmp_path: Path, fitted: list[ToolRetriever]
+) -> None:
+    root = tmp_path / "pub"
+    v1 = publish(root, fitted[0].save, check=load_retriever, note="runs: 20")
+    now = [0.0]
+    reloader = Reloader(root, load_retriever, poll_interval=10.0, clock=lambda: now[0])
+    assert reloader.version == v1 and _names(reloader.current()) == _names(fitted[0])
+    v2 = publish(root, fitted[1].save, check=load_retriever)
+    assert (v1.number, v2.number) == (1, 2) and v1.content_hash != v2.content_hash
+    assert os.readlink(root / POINTER) == "versions/v000002"
+    now[0] = 5.0
+    assert reloader.current() is not None and reloader.version == v1  # not polled yet
+    now[0] = 10.0
+    model = reloader.current()
+    assert reloader.version == v2 and _names(model) == _names(fitted[1])
+    assert load_retriever(root / POINTER).get_params() == fitted[1].get_params()
+    assert rollback(root) == v1 and current(root) == v1
+    assert reloader.reload() and reloader.version == v1
+    assert [v.name for v in versions(root)] == ["v000001", "v000002"]
+    assert rollback(root, "v000002") == v2
+    with pytest.raises(PublishError, match="no kept version 'v000009'"):
+        rollback(root, "v000009")
+
+
+def test_a_corrupt_publish_is_refused_and_the_running_version_keeps_serving(
+    tmp_path: Path, fitted: list[ToolRetriever]
+) -> None:
+    root = tmp_path / "pub"
+    publish(root, fitted[0].save, check=load_retriever)
+    reloader = Reloader(root, load_retriever, poll_interval=None)
+
+    def corrupt(folder: Path) -> None:
+        fitted[1].save(folder)
+        (folder / "manifest.json").write_text('{"format": "dtdr-agents/retriever"')
+
+    with pytest.raises(PublishError, match="v000002 was refused: loading it failed"):
+        publish(root, corrupt, check=load_retriever)
+    assert not (root / "versions" / "v000002").exists()
+    assert current(root) is not None and current(root).name == "v000001"  # type: ignore[union-attr]
+    publish(root, corrupt)  # no check: the pointer moves to a version that does not load
+    with pytest.warns(ReloadWarning, match="v000002 does not load.*keeping v000001"):
+        assert not reloader.reload()
+    assert reloader.version.name == "v000001" and "v000002" in reloader.refused
+    assert _names(reloader.current()) == _names(fitted[0])
+    assert not reloader.reload()  # a refused version is not tried again
+
+
+def test_keep_prunes_old_versions_and_foreign_folders_are_refused(
+    tmp_path: Path, fitted: list[ToolRetriever]
+) -> None:
+    root = tmp_path / "pub"
+    for model in [*fitted, fitted[0]]:
+        publish(root, model.save, keep=2)
+    assert [v.name for v in versions(root)] == ["v000003", "v000004"]
+    assert sorted(p.name for p in (root / "versions").iterdir()) == [
+        "v000003",
+        "v000003.json",
+        "v000004",
+        "v000004.json",
+    ]
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    with pytest.raises(PublishError, match="not a publish folder"):
+        publish(foreign, fitted[0].save)
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
+    with pytest.raises(PublishError, match="nothing was published here"):
+        Reloader(tmp_path / "empty", load_retriever)
+    with pytest.raises(PublishError, match="keep must be at least 1"):
+        publish(root, fitted[0].save, keep=0)
