@@ -35,27 +35,27 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from dtdr_agents.datasets._io import (
     Catalogue,
     Collector,
     DatasetNotFoundError,
     Report,
     UnknownTools,
+    add_plan,
     add_tool,
     call_arguments,
     check_unknown_tools,
-    make_demo,
     object_schema,
     require_exists,
     require_file,
     resolve_unknown,
     text_of,
 )
-from dtdr_agents.datasets._json import (
-    iter_records,
-)
+from dtdr_agents.datasets._json import iter_records
+from dtdr_agents.datasets._raw import Name, RawRecord, parse
 from dtdr_agents.datasets.base import Dataset
-from dtdr_agents.datasets.plans import PlanCycleError, order_plan
 from dtdr_agents.datasets.sealtools import PlanOrder
 
 RESULT_PSEUDO_CALL = "var_result"
@@ -65,6 +65,35 @@ _REF = re.compile(r"\$([A-Za-z_]\w*)(?:[.\[][^$]*)?\$")
 _DATA_SUFFIX = "-data"
 _SPEC_SUFFIX = "-spec"
 _ARG_KEYS = ("parameters", "query_parameters", "arguments")
+
+
+class Spec(RawRecord):
+    """One tool of a ``*-spec.json`` file.
+
+    The first of ``parameters``, ``query_parameters`` and ``arguments`` that is an object
+    maps argument names to their specs.
+    """
+
+    name: str = Field(description="the tool's name")
+    description: Any = None
+    parameters: Any = None
+    query_parameters: Any = None
+    arguments: Any = None
+
+
+class Step(RawRecord):
+    """One entry of a sample's ``output``: a call, its arguments and its result label."""
+
+    name: Name = Field(description="the called tool's name")
+    label: str | None = Field(default=None, description="the result's label, a string")
+    arguments: Any = Field(default_factory=dict)
+
+
+class Sample(RawRecord):
+    """One sample of a ``*-data.json`` file (the last ``var_result`` step is not a call)."""
+
+    input: Any = None
+    output: list[Step] = Field(description="a list of calls")
 
 
 def load_nestful(
@@ -174,20 +203,18 @@ def _read_spec(path: Path, catalogue: Catalogue, report: Report, raw: dict[str, 
     not reported; a different record under a taken name is reported and the first one kept.
     """
     for _, line, record in iter_records(path, report):
-        if not isinstance(record, Mapping) or not isinstance(record.get("name"), str):
-            report.malformed("expected a tool spec object with a string 'name'", path, line)
+        spec = parse(Spec, record, report, path, line)
+        if spec is None:
             continue
-        name = record["name"]
-        args: Mapping[str, Any] = {}
-        for key in _ARG_KEYS:
-            if isinstance(record.get(key), Mapping):
-                args = record[key]
-                break
+        name = spec.name
+        key, args = next(
+            ((k, v) for k in _ARG_KEYS if isinstance(v := getattr(spec, k), Mapping)), ("", {})
+        )
         if not all(isinstance(v, Mapping) for v in args.values()):
-            report.malformed(f"tool {name!r}: each argument must be an object", path, line)
+            report.malformed(f"field {key!r}: each argument must be an object", path, line)
             continue
         required = [a for a, spec in args.items() if spec.get("required") is True]
-        desc = record.get("description")
+        desc = spec.description
         tool = {
             "name": name,
             "description": desc if isinstance(desc, str) else "",
@@ -218,66 +245,44 @@ def _add_sample(
     report: Report,
     out: Collector,
 ) -> None:
-    if not isinstance(record, Mapping):
-        report.malformed(f"expected a JSON object, got {type(record).__name__}", path, line)
+    sample = parse(Sample, record, report, path, line)
+    if sample is None:
         return
-    output = record.get("output")
-    if not isinstance(output, list):
-        report.malformed("missing field 'output' (a list of calls)", path, line)
-        return
-    steps: list[Mapping[str, Any]] = []
-    for k, step in enumerate(output):
-        name = step.get("name") if isinstance(step, Mapping) else None
-        if not isinstance(name, str) or not name:
-            report.malformed(f"output[{k}] must be an object with a 'name'", path, line)
-            return
-        label = step.get("label")
-        if label is not None and not isinstance(label, str):
-            report.malformed(f"output[{k}].label must be a string", path, line)
-            return
-        if name == RESULT_PSEUDO_CALL and k == len(output) - 1:
-            continue
-        steps.append(step)
-    calls = [s["name"] for s in steps]
+    output = sample.output
+    steps = output[:-1] if output and output[-1].name == RESULT_PSEUDO_CALL else output
+    calls = [s.name for s in steps]
     if not resolve_unknown(calls, catalogue, policy, report, path, line, "the spec file"):
         return
     edges = None if order == "recorded" else _reference_edges(steps, report, path, line)
-    try:
-        plan = order_plan(calls, edges)
-    except PlanCycleError as exc:
-        report.skipped(f"$var references: {exc}", path, line)
-        return
-    arguments = call_arguments(
-        [s.get("arguments", {}) for s in steps],
-        [s.get("label") or None for s in steps],
-        "output[{k}].arguments",
-        report,
+    add_plan(
+        out,
         path,
         line,
-        plan.order,
-    )
-    demo = make_demo(
-        report,
-        path,
-        line,
-        record.get("input"),
-        plan.calls,
-        plan.edges,
+        sample.input,
+        calls,
+        edges,
         sample_id,
-        arguments,
+        cycle="$var references",
+        arguments=lambda plan_order: call_arguments(
+            [s.arguments for s in steps],
+            [s.label or None for s in steps],
+            "output[{k}].arguments",
+            report,
+            path,
+            line,
+            plan_order,
+        ),
     )
-    if demo is not None:
-        out.add(demo, path, line)
 
 
 def _reference_edges(
-    steps: Sequence[Mapping[str, Any]], report: Report, path: Path, line: int
+    steps: Sequence[Step], report: Report, path: Path, line: int
 ) -> list[tuple[int, int]]:
     """Edges (producer, consumer) from ``$label...$`` arguments."""
     holders: dict[str, list[int]] = {}
     for k, step in enumerate(steps):
-        if isinstance(step.get("label"), str):
-            holders.setdefault(step["label"], []).append(k)
+        if step.label is not None:
+            holders.setdefault(step.label, []).append(k)
     shared = {lab: ps for lab, ps in holders.items() if len(ps) > 1}
     for lab, positions in shared.items():
         report.repaired(
@@ -288,7 +293,7 @@ def _reference_edges(
         )
     edges: set[tuple[int, int]] = set()
     for j, step in enumerate(steps):
-        for text in text_of(step.get("arguments", {})):
+        for text in text_of(step.arguments):
             for lab in _REF.findall(text):
                 ks = holders.get(lab)
                 if ks is None:
