@@ -16,6 +16,7 @@ repository.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from pathlib import Path
 from dtdr_agents.datasets import load_train_test
 from dtdr_agents.foundation.selection import SelectionPolicy
 from dtdr_agents.retrievers import make_retriever
-from dtdr_agents.runtime import BindingPolicy, StepSelector
+from dtdr_agents.runtime import StepSelector
 from dtdr_agents.runtime.prompting import get_token_counter
 from dtdr_agents.runtime.replay import replay_plans
 
@@ -57,8 +58,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
     counter = get_token_counter()
     threshold = None if args.threshold.lower() == "none" else float(args.threshold)
     policy = SelectionPolicy(k=args.k, threshold=threshold)
-    settings = [("hard", BindingPolicy())] + [
-        (f"append cap={cap}", BindingPolicy(cache="append", cache_cap=int(cap)))
+    settings = [("hard", policy)] + [
+        (f"append cap={cap}", dataclasses.replace(policy, cache="append", cache_cap=int(cap)))
         for cap in args.caps.split(",")
         if cap.strip()
     ]
@@ -75,10 +76,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, object]]:
     print(header)
     print("-" * len(header))
     rows = []
-    for name, binding in settings:
-        selector = StepSelector(
-            train.tools, retriever, policy=policy, binding=binding, token_counter=counter
-        )
+    for name, step_policy in settings:
+        selector = StepSelector(train.tools, retriever, policy=step_policy, token_counter=counter)
         s = replay_plans(selector, demos)
         rows.append({"binding": name, **s.__dict__})
         print(

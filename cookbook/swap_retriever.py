@@ -11,12 +11,13 @@ the next planned tool was among the bound ones.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from _common import base_parser, load_demo, make_chat_model
 
 from dtdr_agents.retrievers import retriever_ids
-from dtdr_agents.runtime import BindingPolicy
+from dtdr_agents.runtime import DEFAULT_POLICY
 from langchain_dtdr.testing import langchain_tools
 from langgraph_dtdr import create_dtdr_agent
 
@@ -45,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         # The one argument that changes between runs: which fitted retriever the graph gets.
         # The scripted model follows the recorded plan whether or not its next tool is bound;
         # on_unbound="allow" lets it go on, so every retriever is scored on the whole plan.
-        binding = BindingPolicy(mode=args.mode, on_unbound="allow")
-        app = create_dtdr_agent(model, tools, demo.retriever, k=args.k, binding=binding).compile()
+        policy = dataclasses.replace(DEFAULT_POLICY, k=args.k, mode=args.mode, on_unbound="allow")
+        app = create_dtdr_agent(model, tools, demo.retriever, policy=policy).compile()
         hits = steps = 0
         print(f"\n##### retriever {rid}: {demo.retriever!r}")
         for request in requests:

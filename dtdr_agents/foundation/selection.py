@@ -1,10 +1,13 @@
-"""Turning a ranking into the set of tools to bind: top-k, threshold, coverage, fallback."""
+"""The one carrier of an agent step's settings (`SelectionPolicy`), and `select`.
+
+`select` turns a ranking into the tools to bind: top-k, threshold, coverage, fallback, caps.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -12,10 +15,41 @@ from dtdr_agents.foundation.checks import check_number
 from dtdr_agents.foundation.errors import UnknownToolError
 from dtdr_agents.foundation.types import END_OF_PLAN, Ranking
 
+BindMode = Literal["hard", "hard_weighted", "soft", "soft_weighted"]
+"""How the selected tools reach the model (`dtdr_agents.runtime.prompting.MaskMode`)."""
+
+BIND_MODES: tuple[BindMode, ...] = get_args(BindMode)
+
+OnUnbound = Literal["reject", "allow", "raise"]
+"""What happens to a call of a tool that was not bound, after the one wider re-selection:
+``"reject"`` answers it with an error (the model can correct itself), ``"allow"`` runs it,
+``"raise"`` raises `dtdr_agents.runtime.UnboundToolCallError`."""
+
+ON_UNBOUND: tuple[OnUnbound, ...] = get_args(OnUnbound)
+
+CACHE_MODES: set[str] = {"off", "append", "set"}
+"""Names of the binding strategies (`dtdr_agents.runtime.BINDERS`); `register_binder` adds to
+it, so `SelectionPolicy.cache` is checked when the policy is built."""
+
+_FLAGS = (
+    "include_end",
+    "respect_fallback",
+    "include_zero",
+    "widen_on_unbound",
+    "widen_on_answer",
+    "ignore_unknown_history",
+)
+
 
 @dataclass(frozen=True)
 class SelectionPolicy:
-    """How many of the ranked tools to keep. Criteria combine: the strictest one wins.
+    """Every selection setting of an agent step, in one frozen object checked when built.
+
+    Which ranked tools to keep (criteria combine: the strictest one wins), how they are bound,
+    the one wider re-selection, and what happens to calls of unbound tools. `select` reads the
+    selection fields; `dtdr_agents.runtime.StepSelector` reads all of them. `SelectionPolicy()`
+    is the one default. An invalid value (NaN, a negative count, a probability outside
+    [0, 1], a wrong type, an unknown mode) raises a `ValueError` naming the field.
 
     `min_k` never adds zero-probability tools (the retriever saw no evidence for them); set
     `include_zero=False` to drop them from `k` as well.
@@ -40,6 +74,30 @@ class SelectionPolicy:
         include_zero: Let `k` (and `coverage`) keep zero-probability tools, in catalogue
             order after the others, e.g. to return exactly `k` documents; False keeps only
             tools with some probability.
+        mode: ``"hard"`` (bind only the selected), ``"hard_weighted"`` (also give their
+            probabilities), ``"soft"`` (bind all, name the preferred in the system message),
+            ``"soft_weighted"`` (with probabilities). See `dtdr_agents.runtime.prompting`.
+        cache: How the bound list follows from the selection (a name of `CACHE_MODES`):
+            ``"off"`` binds each step's selection in catalogue order; ``"append"`` only grows
+            the turn's bound list, in first-bound order, so provider prompt caches keep their
+            prefix; ``"set"`` binds the request's recommended tool set once per turn.
+        cache_cap: With ``"append"``, the most tools the bound list may hold; when a step
+            would exceed it, the list restarts from that step's selection. Default ``3 * k``
+            (the whole catalogue when `k` is None). The one exception: a step whose own
+            selection is larger than the cap (a widened or out-of-distribution selection,
+            at most `fallback_k`) binds exactly that selection.
+        widen_k: `k` of the one re-selection made when the model calls a tool that is not
+            bound or answers while the retriever expects more calls (hard modes). Default
+            ``2 * k`` (all tools when `k` is None). Never below `k`.
+        widen_on_unbound: Re-select with `widen_k` when the model calls an unbound tool.
+        widen_on_answer: Re-select with `widen_k` when the model answers without a tool call
+            although the retriever ranks end-of-plan below every selected tool.
+        on_unbound: After the re-selection, a call of an unbound tool is ``"reject"``-ed with
+            an error, ``"allow"``-ed, or ``"raise"``-s `UnboundToolCallError`.
+        max_rejections: With ``"reject"``, raise once this many calls of unbound tools were
+            rejected in a turn (bounds a model that keeps insisting).
+        ignore_unknown_history: Drop history names that are not in the catalogue instead of
+            raising `UnknownToolError`.
     """
 
     k: int | None = 5
@@ -52,6 +110,15 @@ class SelectionPolicy:
     include_zero: bool = True
     fallback_k: int | None = 32
     max_tools: int | None = None
+    mode: BindMode = "hard"
+    cache: str = "off"
+    cache_cap: int | None = None
+    widen_k: int | None = None
+    widen_on_unbound: bool = True
+    widen_on_answer: bool = True
+    on_unbound: OnUnbound = "reject"
+    max_rejections: int = 3
+    ignore_unknown_history: bool = False
 
     def __post_init__(self) -> None:
         check_number(self.k, "SelectionPolicy.k", low=1, integer=True, optional=True)
@@ -67,9 +134,26 @@ class SelectionPolicy:
         check_number(
             self.coverage, "SelectionPolicy.coverage", low=0, high=1, low_open=True, optional=True
         )
-        for name in ("fallback_k", "max_tools"):
+        for name in ("fallback_k", "max_tools", "cache_cap", "widen_k"):
             check_number(
                 getattr(self, name), f"SelectionPolicy.{name}", low=1, integer=True, optional=True
+            )
+        check_number(self.max_rejections, "SelectionPolicy.max_rejections", low=0, integer=True)
+        for flag in _FLAGS:
+            if not isinstance(getattr(self, flag), bool | np.bool_):
+                raise ValueError(
+                    f"SelectionPolicy.{flag} must be True or False, got {getattr(self, flag)!r}"
+                )
+        _check_choice("mode", self.mode, BIND_MODES, "the unknown mask mode ")
+        _check_choice("on_unbound", self.on_unbound, ON_UNBOUND)
+        if not isinstance(self.cache, str) or self.cache not in CACHE_MODES:
+            raise ValueError(
+                f"SelectionPolicy.cache must be one of {sorted(CACHE_MODES)}, got {self.cache!r}"
+            )
+        if self.widen_k is not None and self.k is not None and self.widen_k < self.k:
+            raise ValueError(
+                f"SelectionPolicy.widen_k ({self.widen_k}) must be >= k ({self.k}): the wider "
+                "re-selection never keeps fewer tools"
             )
         given: Any = self.always_include
         single = isinstance(given, str | bytes) or not isinstance(given, Iterable)
@@ -80,6 +164,14 @@ class SelectionPolicy:
                 f"{self.always_include!r:.80}"
             )
         object.__setattr__(self, "always_include", names)
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...], what: str = "") -> None:
+    """Refuse `value` unless it is one of `choices`, naming the field."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(
+            f"SelectionPolicy.{name} must be one of {list(choices)}, got {what}{value!r}"
+        )
 
 
 @dataclass(frozen=True)

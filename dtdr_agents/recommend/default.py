@@ -9,7 +9,8 @@ from dtdr_agents.foundation.types import END_OF_PLAN, Ranking
 from dtdr_agents.recommend.record import Recommendation, Stage
 
 DEFAULT_POLICY = SelectionPolicy()
-"""The selection policy a retriever without a set-size model recommends with."""
+"""The selection policy a retriever without a set-size model recommends with: the one
+default, `SelectionPolicy()` (the 5 best tools); an alias kept for its name."""
 
 
 def policy_name(policy: SelectionPolicy) -> str:

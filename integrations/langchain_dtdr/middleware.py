@@ -44,7 +44,7 @@ from dtdr_agents.runtime import (
     Unset,
     check_tool_list,
     merge_selection_records,
-    resolve_policies,
+    resolve_policy,
     unwrap_retriever,
 )
 from dtdr_agents.runtime.prompting import TokenCounter
@@ -53,8 +53,8 @@ from langchain_dtdr.selector import (
     ToolLike,
     ToolSelector,
     count_rejections,
+    refuse_tool_call,
     reply_of,
-    unbound_tool_message,
 )
 
 __all__ = ["DTDRMiddleware", "DTDRMiddlewareState", "OnUnbound"]
@@ -95,12 +95,13 @@ class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
         tools: The agent's tools, to validate the catalogue when the middleware is built;
             otherwise it is checked at the first model call.
         k: Shorthand for ``policy.k`` (default 5).
-        policy: The `SelectionPolicy` (default `dtdr_agents.runtime.DEFAULT_POLICY`).
-        binding: The `BindingPolicy`: mask mode, cache-stable binding, the one wider
-            re-selection, calls of unbound tools.
-        mode: Shorthand for ``binding.mode``, or ``"set"``: bind the request's recommended
-            tool set once per turn (see `dtdr_agents.runtime.resolve_policies`).
-        cache: Shorthand for ``binding.cache`` (``"append"``: the bound list only grows
+        policy: The `SelectionPolicy`: selection, mask mode, cache-stable binding, the one
+            wider re-selection, calls of unbound tools (default
+            `dtdr_agents.runtime.DEFAULT_POLICY`). Passed on unchanged.
+        binding: Deprecated (warns): a `BindingPolicy` whose fields are set on `policy`.
+        mode: Shorthand for ``policy.mode``, or ``"set"``: bind the request's recommended
+            tool set once per turn (see `dtdr_agents.runtime.resolve_policy`).
+        cache: Shorthand for ``policy.cache`` (``"append"``: the bound list only grows
             within a turn, so prompt caches keep their prefix).
         token_counter: Token counter for the prompt figures.
 
@@ -124,7 +125,7 @@ class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
     ) -> None:
         super().__init__()
         self.retriever = unwrap_retriever(retriever)
-        self.policy, self.binding = resolve_policies(policy, binding, k=k, mode=mode, cache=cache)
+        self.policy = resolve_policy(policy, k=k, mode=mode, cache=cache, binding=binding)
         self.token_counter = token_counter
         self._selector: ToolSelector | None = None
         self._selector_key: tuple[str, ...] = ()
@@ -147,7 +148,6 @@ class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
                     named,
                     self.retriever,
                     policy=self.policy,
-                    binding=self.binding,
                     token_counter=self.token_counter,
                 )
                 self._selector_key = key
@@ -226,12 +226,11 @@ class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
         return self._finish(selector, request, response, steps)
 
     def _rejection(self, request: ToolCallRequest) -> ToolMessage | None:
-        if self.binding.on_unbound != "reject":
+        if self.policy.on_unbound != "reject":
             return None
         step = _last_step(request.state)
-        if step is None or request.tool_call["name"] in step.bound:
-            return None
-        return unbound_tool_message(request.tool_call, step.bound)
+        bound = None if step is None else step.bound
+        return refuse_tool_call(self.policy.on_unbound, request.tool_call, bound)
 
     def wrap_tool_call(
         self,

@@ -28,9 +28,9 @@ from dtdr_agents.runtime import (
     fitted_tools,
     merge_selection_records,
     record_metadata,
-    rejection_text,
     unwrap_retriever,
 )
+from dtdr_agents.runtime.guard import OnUnbound, refusal, rejection_text
 from dtdr_agents.runtime.prompting import TokenCounter
 
 __all__ = [
@@ -44,6 +44,8 @@ __all__ = [
     "fitted_tools",
     "merge_selection_records",
     "record_metadata",
+    "refuse_tool_call",
+    "rejection_message",
     "reply_of",
     "response_message",
     "unbound_tool_message",
@@ -68,8 +70,9 @@ class ToolSelector(StepSelector):
             order. Names must be unique.
         retriever: A fitted core retriever (any id of `make_retriever`) or a `DTDRRetriever`.
             It must rank exactly this catalogue (same names).
-        policy: The `SelectionPolicy` (default `dtdr_agents.runtime.DEFAULT_POLICY`).
-        binding: The `BindingPolicy` (mask mode, cache, widening, unbound calls).
+        policy: The `SelectionPolicy`: selection, mask mode, cache, widening, unbound calls
+            (default `dtdr_agents.runtime.DEFAULT_POLICY`).
+        binding: Deprecated (warns): a `BindingPolicy` whose fields are set on `policy`.
         token_counter: Token counter for the prompt figures.
 
     Raises:
@@ -166,14 +169,30 @@ def response_message(result: Any) -> AIMessage | None:
 
 def unbound_tool_message(call: ToolCall | Mapping[str, Any], bound: Sequence[str]) -> ToolMessage:
     """The error tool message answering a call of a tool that was not bound at this step."""
+    return rejection_message(call, rejection_text(str(call["name"]), bound))
+
+
+def rejection_message(call: ToolCall | Mapping[str, Any], text: str) -> ToolMessage:
+    """The error tool message answering `call` with `text` (marked as a rejection)."""
     name = str(call["name"])
     return ToolMessage(
-        content=rejection_text(name, bound),
+        content=text,
         name=name,
         tool_call_id=str(call.get("id") or ""),
         status="error",
         artifact={REJECTED_MARK: True},
     )
+
+
+def refuse_tool_call(
+    on_unbound: OnUnbound, call: ToolCall | Mapping[str, Any], bound: Sequence[str] | None
+) -> ToolMessage | None:
+    """The error tool message refusing `call` (`dtdr_agents.runtime.refusal`), or None.
+
+    The one tool-call guard of the LangGraph tool node and the LangChain middleware.
+    """
+    text = refusal(on_unbound, str(call["name"]), bound)
+    return None if text is None else rejection_message(call, text)
 
 
 def count_rejections(messages: Sequence[BaseMessage]) -> int:

@@ -44,7 +44,7 @@ from dtdr_agents.runtime import (
     check_on_unbound,
     check_tool_list,
     merge_selection_records,
-    resolve_policies,
+    resolve_policy,
 )
 from dtdr_agents.runtime.prompting import TokenCounter
 from dtdr_agents.runtime.recording import DemonstrationRecorder
@@ -53,8 +53,8 @@ from langchain_dtdr.recording import record_turn
 from langchain_dtdr.selector import (
     ToolSelector,
     count_rejections,
+    refuse_tool_call,
     reply_of,
-    unbound_tool_message,
 )
 
 __all__ = [
@@ -146,7 +146,7 @@ def create_model_node(
     retriever expects more calls, the node re-selects once with the wider policy and calls
     the model again (`StepSelector.run_step`; the first reply is discarded; in a
     ``stream_mode="messages"`` stream its tokens still appear, with ``dtdr_widened`` False in
-    their metadata and True for the retry). The selector's `BindingPolicy` decides what
+    their metadata and True for the retry). The selector's `SelectionPolicy` decides what
     happens to calls of unbound tools (`StepSelector.check_unbound`).
 
     Args:
@@ -220,13 +220,9 @@ def create_tool_node(
     on_unbound = check_on_unbound(on_unbound)
 
     def rejection(request: ToolCallRequest) -> ToolMessage | None:
-        if on_unbound != "reject":
-            return None
         state = request.state
         bound = state.get("selected_tools") if isinstance(state, Mapping) else None
-        if bound is None or request.tool_call["name"] in bound:
-            return None
-        return unbound_tool_message(request.tool_call, bound)
+        return refuse_tool_call(on_unbound, request.tool_call, bound)
 
     def guard(
         request: ToolCallRequest, execute: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
@@ -328,18 +324,19 @@ def create_dtdr_agent(
             exactly these tools; swapping it is the only change needed to compare retrievers.
         k: Shorthand for ``policy.k``: bind at most this many retrieved tools per step (None:
             no cap). Default 5.
-        policy: The `SelectionPolicy` (k, threshold, coverage, min_k, always_include,
-            respect_fallback). Default `dtdr_agents.runtime.DEFAULT_POLICY` (the 5 best tools
-            with a non-zero probability).
-        binding: The `BindingPolicy`: mask mode, cache-stable binding, the one wider
-            re-selection, what happens to calls of unbound tools (``on_unbound``,
-            ``max_rejections``), unknown history names.
-        mode: Shorthand for ``binding.mode``: ``"hard"``, ``"hard_weighted"``, ``"soft"`` or
+        policy: The `SelectionPolicy`, every setting of a step: k, threshold, coverage,
+            min_k, always_include, respect_fallback, mask mode, cache-stable binding, the one
+            wider re-selection, what happens to calls of unbound tools (``on_unbound``,
+            ``max_rejections``), unknown history names. Default
+            `dtdr_agents.runtime.DEFAULT_POLICY` (the 5 best tools with a non-zero
+            probability). Passed on unchanged to the nodes.
+        binding: Deprecated (warns): a `BindingPolicy` whose fields are set on `policy`.
+        mode: Shorthand for ``policy.mode``: ``"hard"``, ``"hard_weighted"``, ``"soft"`` or
             ``"soft_weighted"`` (DTDR paper, §5), or ``"set"``: bind the request's
             recommended tool set (`ToolRetriever.recommend`) once per turn, re-recommended when
             the model calls a tool outside it or the next-step ranking has moved on.
-        cache: Shorthand for ``binding.cache``: ``"append"`` only grows the bound list within
-            a turn (first-bound order, capped by ``binding.cache_cap``), so each request's
+        cache: Shorthand for ``policy.cache``: ``"append"`` only grows the bound list within
+            a turn (first-bound order, capped by ``policy.cache_cap``), so each request's
             tools array starts with the previous one's; ``"off"`` binds each selection.
         system_prompt: A static system prompt (kept first in the system message).
         recorder: Append each finished turn to this `DemonstrationRecorder` (a ``record``
@@ -369,12 +366,10 @@ def create_dtdr_agent(
             f"{type(model).__name__} does not implement bind_tools, so it cannot be given "
             "tools (for offline tests use langchain_dtdr.testing.ScriptedChatModel)"
         )
-    sel_policy, bind_policy = resolve_policies(policy, binding, k=k, mode=mode, cache=cache)
+    sel_policy = resolve_policy(policy, k=k, mode=mode, cache=cache, binding=binding)
     _check_state_schema(state_schema)
     lc_tools = _as_tools(tools)
-    selector = ToolSelector(
-        lc_tools, retriever, policy=sel_policy, binding=bind_policy, token_counter=token_counter
-    )
+    selector = ToolSelector(lc_tools, retriever, policy=sel_policy, token_counter=token_counter)
     after_answer = "record" if recorder is not None else END
 
     def route(state: Mapping[str, Any]) -> str:
@@ -393,7 +388,7 @@ def create_dtdr_agent(
         "tools",
         create_tool_node(
             lc_tools,
-            on_unbound=bind_policy.on_unbound,
+            on_unbound=sel_policy.on_unbound,
             handle_tool_errors=handle_tool_errors,
         ),
     )

@@ -38,7 +38,6 @@ from dtdr_agents.runtime import (
     StepRecord,
     Unset,
     merge_selection_records,
-    rejection_text,
 )
 from dtdr_agents.runtime.prompting import TokenCounter
 from llama_index_dtdr.retriever import DTDRObjectRetriever, name_map
@@ -112,10 +111,10 @@ class DTDRFunctionAgent(FunctionAgent):
             tools: The agent's LlamaIndex tools (unique names).
             retriever: A fitted core retriever ranking exactly these tools.
             k: Shorthand for ``policy.k`` (default 5).
-            policy: The `SelectionPolicy`.
-            binding: The `BindingPolicy`.
-            mode: Shorthand for ``binding.mode``, or ``"set"``.
-            cache: Shorthand for ``binding.cache`` (``"append"`` keeps the tools array a
+            policy: The `SelectionPolicy` (every setting of a step), passed on unchanged.
+            binding: Deprecated (warns): a `BindingPolicy` whose fields are set on `policy`.
+            mode: Shorthand for ``policy.mode``, or ``"set"``.
+            cache: Shorthand for ``policy.cache`` (``"append"`` keeps the tools array a
                 growing prefix within a run).
             token_counter: Token counter for the prompt figures.
             **agent_kwargs: `FunctionAgent` fields (``llm``, ``system_prompt``, ...).
@@ -234,11 +233,12 @@ class DTDRFunctionAgent(FunctionAgent):
         records = await ctx.store.get(RECORDS_KEY, default=[])
         if records and name in self.dtdr_retriever().tools_by_name:
             bound = StepRecord.from_record(records[-1]).bound
-            if self.dtdr_retriever().selector.rejects(name, bound):
+            refused = self.dtdr_retriever().selector.refusal(name, bound)
+            if refused is not None:
                 count = int(await ctx.store.get(_REJECTIONS_KEY, default=0))
                 await ctx.store.set(_REJECTIONS_KEY, count + 1)
                 return ToolOutput(
-                    content=rejection_text(name, bound),
+                    content=refused,
                     tool_name=name,
                     raw_input=tool_input,
                     raw_output=None,

@@ -28,7 +28,7 @@ from dtdr_agents.runtime import (
     StepSelector,
     Unset,
     check_tool_list,
-    resolve_policies,
+    resolve_policy,
 )
 from dtdr_agents.runtime.prompting import TokenCounter
 
@@ -134,11 +134,12 @@ class DTDRObjectRetriever(ObjectRetriever[BaseTool]):
         retriever: A fitted core retriever (any id of `make_retriever`) ranking exactly these
             tools' names.
         k: Shorthand for ``policy.k`` (default 5).
-        policy: The `SelectionPolicy` (default `dtdr_agents.runtime.DEFAULT_POLICY`).
-        binding: The `BindingPolicy` (mask mode, cache, widening, unbound calls).
-        mode: Shorthand for ``binding.mode``, or ``"set"`` (bind the recommended set once
-            per turn; see `dtdr_agents.runtime.resolve_policies`).
-        cache: Shorthand for ``binding.cache`` (``"append"``: the bound list only grows within
+        policy: The `SelectionPolicy`: selection, mask mode, cache, widening, unbound calls
+            (default `dtdr_agents.runtime.DEFAULT_POLICY`). Passed on unchanged.
+        binding: Deprecated (warns): a `BindingPolicy` whose fields are set on `policy`.
+        mode: Shorthand for ``policy.mode``, or ``"set"`` (bind the recommended set once
+            per turn; see `dtdr_agents.runtime.resolve_policy`).
+        cache: Shorthand for ``policy.cache`` (``"append"``: the bound list only grows within
             a turn, used by `DTDRFunctionAgent`).
         token_counter: Token counter for the prompt figures.
 
@@ -164,13 +165,10 @@ class DTDRObjectRetriever(ObjectRetriever[BaseTool]):
         _check_unique(tools)
         self.tools = tools
         self.tools_by_name: dict[str, BaseTool] = {str(t.metadata.name): t for t in tools}
-        sel, bind = resolve_policies(policy, binding, k=k, mode=mode, cache=cache)
+        self.policy = resolve_policy(policy, k=k, mode=mode, cache=cache, binding=binding)
+        core = [core_tool(t) for t in tools]
         self.selector = StepSelector(
-            [core_tool(t) for t in tools],
-            retriever,
-            policy=sel,
-            binding=bind,
-            token_counter=token_counter,
+            core, retriever, policy=self.policy, token_counter=token_counter
         )
         super().__init__(
             retriever=_NodeRetriever(self),

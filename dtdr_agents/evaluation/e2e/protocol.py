@@ -266,7 +266,7 @@ class ProtocolBuilder:
         self.test = list(test)
         self.tools = tools
         self.counter = counter
-        self.policy = policy or SelectionPolicy(k=5)
+        self.policy = policy or SelectionPolicy()
         self.seed = seed
         self.names = api_names(tools.names)
         self._back = {api: name for name, api in self.names.items()}
