@@ -121,6 +121,17 @@ def chat_for(server: OpenAIChatServer, retry: RetryPolicy = FAST) -> OpenAIChat:
     return OpenAIChat("scripted", base_url=server.base_url, retry=retry)
 
 
+def no_icl_plan() -> E2EPlan:
+    """The one-cell run (the no_icl baseline) of the TaskBench fixture, offline."""
+    return prepare_e2e(
+        *load_train_test("taskbench", FIXTURE, seed=0),
+        ["none"],
+        ["no_icl"],
+        encoder=get_encoder("tfidf"),
+        counter=get_token_counter("approx"),
+    )
+
+
 @pytest.fixture
 def policy(split: tuple[Dataset, Dataset]) -> Policy:
     return Policy(split[1])
@@ -229,13 +240,7 @@ def test_requests_per_mode_bound_tools_and_hand_counts(
 
 
 def test_resume_after_an_interrupted_run(plan: E2EPlan, policy: Policy, tmp_path: Path) -> None:
-    one_cell = prepare_e2e(
-        *load_train_test("taskbench", FIXTURE, seed=0),
-        ["none"],
-        ["no_icl"],
-        encoder=get_encoder("tfidf"),
-        counter=get_token_counter("approx"),
-    )
+    one_cell = no_icl_plan()
     answered = 0
 
     def dies_after_four(body: dict[str, Any]) -> dict[str, Any]:
@@ -277,13 +282,7 @@ def test_resume_after_an_interrupted_run(plan: E2EPlan, policy: Policy, tmp_path
 
 @pytest.mark.parametrize("status", [500, 429])
 def test_retry_on_injected_errors(status: int, policy: Policy) -> None:
-    one_cell = prepare_e2e(
-        *load_train_test("taskbench", FIXTURE, seed=0),
-        ["none"],
-        ["no_icl"],
-        encoder=get_encoder("tfidf"),
-        counter=get_token_counter("approx"),
-    )
+    one_cell = no_icl_plan()
     with OpenAIChatServer(policy) as srv:
         srv.inject(status, times=3)
         report = run_e2e(one_cell, chat_for(srv), concurrency=2)
@@ -294,13 +293,7 @@ def test_retry_on_injected_errors(status: int, policy: Policy) -> None:
 
 
 def test_bad_endpoints_are_recorded_never_raised(policy: Policy, tmp_path: Path) -> None:
-    one_cell = prepare_e2e(
-        *load_train_test("taskbench", FIXTURE, seed=0),
-        ["none"],
-        ["no_icl"],
-        encoder=get_encoder("tfidf"),
-        counter=get_token_counter("approx"),
-    )
+    one_cell = no_icl_plan()
     unreachable = OpenAIChat("m", base_url="http://127.0.0.1:9/v1", retry=NO_RETRY)
     report = run_e2e(one_cell, unreachable, cache=StepCache(tmp_path / "c.jsonl"))
     row = report["results"][0]
@@ -341,13 +334,7 @@ def test_bad_endpoints_are_recorded_never_raised(policy: Policy, tmp_path: Path)
 def test_endpoint_faults_are_retried_then_recorded_apart(
     raw: str, policy: Policy, tmp_path: Path
 ) -> None:
-    one_cell = prepare_e2e(
-        *load_train_test("taskbench", FIXTURE, seed=0),
-        ["none"],
-        ["no_icl"],
-        encoder=get_encoder("tfidf"),
-        counter=get_token_counter("approx"),
-    )
+    one_cell = no_icl_plan()
     faults = {"left": 2}
 
     def flaky(body: dict[str, Any]) -> dict[str, Any]:
@@ -418,13 +405,7 @@ def test_api_names_are_safe_and_unique() -> None:
 async def test_arun_e2e_inside_a_running_loop(policy: Policy) -> None:
     from dtdr_agents.evaluation.e2e import arun_e2e
 
-    one_cell = prepare_e2e(
-        *load_train_test("taskbench", FIXTURE, seed=0),
-        ["none"],
-        ["no_icl"],
-        encoder=get_encoder("tfidf"),
-        counter=get_token_counter("approx"),
-    )
+    one_cell = no_icl_plan()
     with OpenAIChatServer(policy) as srv:
         report = await arun_e2e(one_cell, chat_for(srv), concurrency=6)
     assert report["results"][0]["fsa"] == 5 / 6

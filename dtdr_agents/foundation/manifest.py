@@ -147,13 +147,3 @@ def _check_specs(
                 f"records {spec!r}"
             )
 
-
-__all__ = [
-    "ARRAYS",
-    "CHILD_NAME",
-    "FORMAT",
-    "FORMAT_VERSION",
-    "MANIFEST",
-    "manifest_digest",
-    "tool_order_digest",
-]
