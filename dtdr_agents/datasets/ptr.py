@@ -22,7 +22,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
+
+from pydantic import Field
 
 from dtdr_agents.datasets._io import (
     Catalogue,
@@ -41,6 +43,7 @@ from dtdr_agents.datasets._json import (
     iter_json_object,
     iter_records,
 )
+from dtdr_agents.datasets._raw import Name, RawRecord, parse
 from dtdr_agents.datasets.base import Dataset
 
 PtrVariant = Literal["rectools", "metatool"]
@@ -56,20 +59,58 @@ _FILES: Mapping[str, tuple[tuple[str, str], ...]] = {
 _WORD = re.compile(r"\w")
 
 
-def load_rectools(
-    path: str | Path,
-    *,
-    tools_path: str | Path | None = None,
-    unknown_tools: UnknownTools = "skip",
-    skip_bad: bool = False,
-    limit: int | None = None,
-    keep_duplicates: bool = False,
-) -> Dataset:
-    """Load RecTools (PTR): 1,000 queries with their exact tool sets.
+class Sample(RawRecord):
+    """One query of a ``*_QT.json`` file: its text and its (unordered) tool set."""
+
+    query: Any = None
+    tool: list[Name] = Field(description="a list of tool names")
+
+
+class VariantLoader(Protocol):
+    """The type of `load_rectools` and `load_metatool`: `load_ptr` with a fixed variant."""
+
+    def __call__(
+        self,
+        path: str | Path,
+        *,
+        tools_path: str | Path | None = None,
+        unknown_tools: UnknownTools = "skip",
+        skip_bad: bool = False,
+        limit: int | None = None,
+        keep_duplicates: bool = False,
+    ) -> Dataset:
+        """Load the variant's queries file (see `load_ptr`)."""
+        ...
+
+
+def _variant_loader(variant: PtrVariant, summary: str, path_doc: str) -> VariantLoader:
+    """`load_ptr` for one `variant`, with its own docstring (`load_rectools`, `load_metatool`)."""
+
+    def load(
+        path: str | Path,
+        *,
+        tools_path: str | Path | None = None,
+        unknown_tools: UnknownTools = "skip",
+        skip_bad: bool = False,
+        limit: int | None = None,
+        keep_duplicates: bool = False,
+    ) -> Dataset:
+        return load_ptr(
+            path,
+            variant=variant,
+            tools_path=tools_path,
+            unknown_tools=unknown_tools,
+            skip_bad=skip_bad,
+            limit=limit,
+            keep_duplicates=keep_duplicates,
+        )
+
+    load.__name__ = load.__qualname__ = f"load_{variant}"
+    load.__doc__ = f"""{summary}
 
     Args:
-        path: The PTR ``Datasets`` folder or ``RecTools_QT.json``.
-        tools_path: The descriptions file, if not ``RecTools_tool.json`` next to the queries.
+        path: {path_doc}
+        tools_path: The descriptions file, if not the one next to the queries.
         unknown_tools: Tools missing from the descriptions: ``"skip"`` the sample (default),
             ``"add"`` placeholders, or ``"error"``.
         skip_bad: Skip malformed samples (recording a `Problem`) instead of raising.
@@ -77,51 +118,22 @@ def load_rectools(
         keep_duplicates: Keep exact duplicate samples instead of skipping them.
 
     Returns:
-        A set-valued dataset (name ``"rectools"``).
+        A set-valued dataset (name ``"{variant}"``).
     """
-    return load_ptr(
-        path,
-        variant="rectools",
-        tools_path=tools_path,
-        unknown_tools=unknown_tools,
-        skip_bad=skip_bad,
-        limit=limit,
-        keep_duplicates=keep_duplicates,
-    )
+    return load
 
 
-def load_metatool(
-    path: str | Path,
-    *,
-    tools_path: str | Path | None = None,
-    unknown_tools: UnknownTools = "skip",
-    skip_bad: bool = False,
-    limit: int | None = None,
-    keep_duplicates: bool = False,
-) -> Dataset:
-    """Load MetaTool's 497 two-tool queries (PTR's ``MetaTool_QT.json`` or MetaTool's own).
-
-    Args:
-        path: The PTR ``Datasets`` folder, the MetaTool ``dataset`` folder, or the queries
-            file (``MetaTool_QT.json`` / ``multi_tool_query_golden.json``).
-        tools_path: The descriptions file, if not the one next to the queries.
-        unknown_tools: As in `load_rectools`.
-        skip_bad: Skip malformed samples (recording a `Problem`) instead of raising.
-        limit: Keep at most this many demonstrations.
-        keep_duplicates: Keep exact duplicate samples instead of skipping them.
-
-    Returns:
-        A set-valued dataset (name ``"metatool"``).
-    """
-    return load_ptr(
-        path,
-        variant="metatool",
-        tools_path=tools_path,
-        unknown_tools=unknown_tools,
-        skip_bad=skip_bad,
-        limit=limit,
-        keep_duplicates=keep_duplicates,
-    )
+load_rectools = _variant_loader(
+    "rectools",
+    "Load RecTools (PTR): 1,000 queries with their exact tool sets.",
+    "The PTR ``Datasets`` folder or ``RecTools_QT.json``.",
+)
+load_metatool = _variant_loader(
+    "metatool",
+    "Load MetaTool's 497 two-tool queries (PTR's ``MetaTool_QT.json`` or MetaTool's own).",
+    "The PTR ``Datasets`` folder, the MetaTool ``dataset`` folder, or the queries\n"
+    "            file (``MetaTool_QT.json`` / ``multi_tool_query_golden.json``).",
+)
 
 
 def load_ptr(
@@ -242,14 +254,11 @@ def _add_sample(
     report: Report,
     out: Collector,
 ) -> None:
-    if not isinstance(record, Mapping):
-        report.malformed(f"expected a JSON object, got {type(record).__name__}", path, line)
+    sample = parse(Sample, record, report, path, line)
+    if sample is None:
         return
-    tools = record.get("tool")
-    if not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools):
-        report.malformed("field 'tool' must be a list of tool names", path, line)
-        return
-    query = record.get("query")
+    tools = sample.tool
+    query = sample.query
     unique = list(dict.fromkeys(tools))
     if len(unique) < len(tools):
         report.repaired("a tool is listed twice in the set; kept it once", path, line)
