@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, StringConstraints, ValidationError
 
@@ -39,6 +39,9 @@ class RawRecord(BaseModel):
     """Base of the raw record models: strict types, other fields ignored, read-only."""
 
     model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+    named_by: ClassVar[tuple[str, str] | None] = None
+    """``(kind, field)``: errors start with ``kind 'value': `` when the record has that field."""
 
 
 M = TypeVar("M", bound=RawRecord)
@@ -104,5 +107,11 @@ def parse(
     try:
         return model.model_validate(record)
     except ValidationError as exc:
-        report.malformed(describe(exc, model), path, line)
+        prefix = ""
+        if model.named_by is not None:
+            kind, key = model.named_by
+            value = record.get(key)
+            if isinstance(value, str) and value:
+                prefix = f"{kind} {value!r}: "
+        report.malformed(prefix + describe(exc, model), path, line)
         return None

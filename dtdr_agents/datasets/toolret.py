@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from dtdr_agents.datasets._io import (
     Catalogue,
     Collector,
@@ -41,6 +43,7 @@ from dtdr_agents.datasets._io import (
 from dtdr_agents.datasets._json import (
     iter_json_array,
 )
+from dtdr_agents.datasets._raw import Name, RawRecord, parse
 from dtdr_agents.datasets.base import Dataset
 from dtdr_agents.foundation.types import Demonstration
 
@@ -133,6 +136,33 @@ def load_toolret(
     )
 
 
+class ToolRecord(RawRecord):
+    """One tool of ``tools.json`` (``type`` and other fields are not read)."""
+
+    named_by = ("tool", "id")
+
+    id: Name = Field(description="the tool's id")
+    documentation: dict[str, Any] = Field(
+        description="an object: name, description, parameters, ..."
+    )
+
+
+class Label(RawRecord):
+    """One relevance label of a query: a tool id and how relevant it is (> 0: needed)."""
+
+    id: str = Field(description="a tool id")
+    relevance: float = 1
+
+
+class Query(RawRecord):
+    """One query of ``queries.json``; a query without ``id`` is named by its position."""
+
+    query: Any = None
+    labels: list[Label] = Field(min_length=1, description="a non-empty list of tool labels")
+    instruction: str | None = None
+    id: Name = ""
+
+
 def _parameters(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     """A JSON schema from the documentation's ``parameters`` (list or schema), if any."""
     params = doc.get("parameters")
@@ -172,17 +202,10 @@ def _add_tool(
     names_by_id: dict[str, str],
     report: Report,
 ) -> None:
-    if not isinstance(record, Mapping):
-        report.malformed(f"expected a JSON object, got {type(record).__name__}", path, line)
+    tool = parse(ToolRecord, record, report, path, line)
+    if tool is None:
         return
-    tool_id = record.get("id")
-    doc = record.get("documentation")
-    if not isinstance(tool_id, str) or not tool_id:
-        report.malformed("field 'id' must be a non-empty string", path, line)
-        return
-    if not isinstance(doc, Mapping):
-        report.malformed(f"tool {tool_id!r}: field 'documentation' must be an object", path, line)
-        return
+    tool_id, doc = tool.id, tool.documentation
     if tool_id in names_by_id:
         report.malformed(f"duplicate tool id {tool_id!r}", path, line)
         return
@@ -222,34 +245,12 @@ def _add_query(
     out: Collector,
     instructions: dict[str, str],
 ) -> None:
-    if not isinstance(record, Mapping):
-        report.malformed(f"expected a JSON object, got {type(record).__name__}", path, line)
+    query = parse(Query, record, report, path, line)
+    if query is None:
         return
-    labels = record.get("labels")
-    if not isinstance(labels, list) or not labels:
-        report.malformed("field 'labels' must be a non-empty list", path, line)
-        return
-    instruction = record.get("instruction")
-    if instruction is not None and not isinstance(instruction, str):
-        report.malformed("field 'instruction' must be a string", path, line)
-        return
-    sample_id = record.get("id", default_id)
-    if not isinstance(sample_id, str) or not sample_id:
-        report.malformed("field 'id' must be a non-empty string", path, line)
-        return
-    names: list[str] = []
-    for pos, label in enumerate(labels):
-        label_id = label.get("id") if isinstance(label, Mapping) else None
-        if not isinstance(label, Mapping) or not isinstance(label_id, str):
-            report.malformed(f"labels[{pos}] must be an object with a string 'id'", path, line)
-            return
-        relevance = label.get("relevance", 1)
-        if isinstance(relevance, bool) or not isinstance(relevance, int | float):
-            report.malformed(f"labels[{pos}].relevance must be a number", path, line)
-            return
-        if relevance <= 0:
-            continue
-        names.append(names_by_id.get(label_id, label_id))
+    instruction = query.instruction
+    sample_id = query.id if "id" in query.model_fields_set else default_id
+    names = [names_by_id.get(x.id, x.id) for x in query.labels if x.relevance > 0]
     unique = list(dict.fromkeys(names))
     if not unique:
         report.skipped("no label has a positive relevance", path, line)
@@ -258,7 +259,7 @@ def _add_query(
         report.repaired("a tool is labelled twice; kept it once", path, line)
     if not resolve_unknown(unique, catalogue, policy, report, path, line, "tools.json"):
         return
-    demo = make_demo(report, path, line, record.get("query"), unique, (), sample_id)
+    demo = make_demo(report, path, line, query.query, unique, (), sample_id)
     if demo is None or not out.add(demo, path, line):
         return
     kept = out.demos[-1]
