@@ -97,7 +97,7 @@ def test_malformed_query_names_file_and_line(tmp_path: Path) -> None:
 
 def test_bad_instruction_and_unknown_label(tmp_path: Path) -> None:
     folder = write_task(tmp_path / "a", [_query("q0", [_label("t_0")], instruction=3)])
-    with pytest.raises(DatasetFormatError, match="field 'instruction': .*valid string, got int"):
+    with pytest.raises(DatasetFormatError, match=r"field 'instruction': .*valid string, got int"):
         load_toolret(folder)
     folder = write_task(
         tmp_path / "b", [_query("q0", [_label("nope")]), _query("q1", [_label("t_0")])]
