@@ -98,6 +98,15 @@ class SelectionPolicy:
             rejected in a turn (bounds a model that keeps insisting).
         ignore_unknown_history: Drop history names that are not in the catalogue instead of
             raising `UnknownToolError`.
+        max_schema_tokens: A budget on the bound tools' schemas (name, description and
+            parameters as the model sees them), in tokens of the runtime's counter
+            (`dtdr_agents.runtime.prompting.get_token_counter`: tiktoken when its encoding is
+            available). The runtime binds the longest best-first prefix of the selection
+            that fits, `always_include` tools first (they are always bound and count against
+            the budget); at least one tool is bound even when the best one alone is over
+            budget (as `min_k` keeps one). The end-of-plan token is never bound and never
+            counts. A cache-stable bound list over budget restarts from the step's
+            selection. Hard modes only (the soft modes bind every tool); None: no budget.
     """
 
     k: int | None = 5
@@ -119,6 +128,7 @@ class SelectionPolicy:
     on_unbound: OnUnbound = "reject"
     max_rejections: int = 3
     ignore_unknown_history: bool = False
+    max_schema_tokens: int | None = None
 
     def __post_init__(self) -> None:
         check_number(self.k, "SelectionPolicy.k", low=1, integer=True, optional=True)
@@ -134,7 +144,7 @@ class SelectionPolicy:
         check_number(
             self.coverage, "SelectionPolicy.coverage", low=0, high=1, low_open=True, optional=True
         )
-        for name in ("fallback_k", "max_tools", "cache_cap", "widen_k"):
+        for name in ("fallback_k", "max_tools", "cache_cap", "widen_k", "max_schema_tokens"):
             check_number(
                 getattr(self, name), f"SelectionPolicy.{name}", low=1, integer=True, optional=True
             )
@@ -149,6 +159,11 @@ class SelectionPolicy:
         if not isinstance(self.cache, str) or self.cache not in CACHE_MODES:
             raise ValueError(
                 f"SelectionPolicy.cache must be one of {sorted(CACHE_MODES)}, got {self.cache!r}"
+            )
+        if self.max_schema_tokens is not None and self.mode.startswith("soft"):
+            raise ValueError(
+                f"SelectionPolicy.max_schema_tokens cannot bound the {self.mode!r} mode, which "
+                "binds every tool; use a hard mode or leave it None"
             )
         if self.widen_k is not None and self.k is not None and self.widen_k < self.k:
             raise ValueError(

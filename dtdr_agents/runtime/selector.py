@@ -172,6 +172,31 @@ class StepSelector:
                 why[name] = f"always_include ({ranking.why(name)})"
         return dataclasses.replace(selection, why=why)
 
+    def _within_budget(self, selection: Selection, policy: SelectionPolicy) -> Selection:
+        """`selection` cut to `policy.max_schema_tokens` (see `SelectionPolicy`)."""
+        budget = policy.max_schema_tokens
+        if budget is None:
+            return selection
+        tokens = self.schema_tokens
+        always = set(policy.always_include)
+        used = sum(tokens[n] for n in selection.names if n in always)
+        kept = {n for n in selection.names if n in always}  # always bound, counted first
+        for name in (n for n in selection.names if n not in always):
+            if used + tokens[name] > budget and kept:
+                break  # the best-first prefix that fits; at least one tool is bound
+            kept.add(name)
+            used += tokens[name]
+        keep = [i for i, n in enumerate(selection.names) if n in kept]
+        if len(keep) == len(selection.names):
+            return selection
+        names = tuple(selection.names[i] for i in keep)
+        return dataclasses.replace(
+            selection,
+            names=names,
+            probabilities=tuple(selection.probabilities[i] for i in keep),
+            why={n: w for n, w in selection.why.items() if n in kept},
+        )
+
     def select(
         self,
         query: str,
@@ -193,7 +218,7 @@ class StepSelector:
         hist = self.check_history(history)
         ranking = self.retriever.rank(query, hist)
         policy = self.wide_policy if wide else self.policy
-        selection = self._selection(ranking, policy)
+        selection = self._within_budget(self._selection(ranking, policy), policy)
         key = ranking.explanation.get("key")
         shown_key = (
             tuple(str(x) for x in key) if isinstance(key, tuple | list) and len(key) > 0 else None
@@ -232,6 +257,9 @@ class StepSelector:
                     f"the {self.policy.cache!r} binder bound unknown tools {unknown}",
                     tuple(unknown),
                 )
+            budget = policy.max_schema_tokens
+            if budget is not None and sum(self.schema_tokens[n] for n in bound) > budget:
+                bound = prompt.bound  # over budget: restart from the step's selection
         return StepRecord(
             query=query,
             history=hist,
