@@ -11,12 +11,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from pg_server import postgres_server, postgres_unavailable
 from sqlalchemy import Connection, create_engine, text
 
 from dtdr_agents.foundation.errors import InvalidDemonstrationError
 from dtdr_agents.foundation.types import CallArguments, Tool, Toolset
 from dtdr_agents.store import RunRecord, RunStore, StoreError, import_jsonl, schema, store_url
+from dtdr_agents.store.testing import postgres_server, postgres_unavailable
 
 
 def _run(i: int, **kw: object) -> RunRecord:
@@ -113,8 +113,12 @@ def test_concurrent_writer_processes_lose_and_duplicate_nothing(url: str, tmp_pa
             """
         )
     )
-    procs = [subprocess.Popen([sys.executable, str(script), url, str(w)]) for w in range(4)]
-    assert [p.wait(timeout=300) for p in procs] == [0, 0, 0, 0]
+    procs = [
+        subprocess.Popen([sys.executable, str(script), url, str(w)], stderr=subprocess.PIPE)
+        for w in range(4)
+    ]
+    errors = [p.communicate(timeout=300)[1].decode()[-2000:] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
     with RunStore(url) as store:
         ids = [r.id for r in store.iter_runs()]
     assert len(ids) == 240 and len(set(ids)) == 240
@@ -212,3 +216,18 @@ def test_import_jsonl_skips_a_partial_last_line_and_is_idempotent(tmp_path: Path
             f.write(json.dumps({"query": "weather in Rome today", "calls": ["weather"]}) + "\n")
         assert import_jsonl(store, path)[0] == 2  # the finished line and the new one
         assert store.count() == 5
+
+
+@pytest.mark.slow
+def test_store_bench_reads_back_every_run_in_both_databases(tmp_path: Path) -> None:
+    from dtdr_agents.cli import main
+
+    out = tmp_path / "bench.json"
+    assert main(["store", "bench", "--writers", "3", "--runs", "30", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    for backend in ("sqlite", "postgresql"):
+        row = result[backend]
+        if "skipped" in row:
+            assert backend == "postgresql" and postgres_unavailable()
+            continue
+        assert (row["read_back"], row["expected"], row["torn"]) == (90, 90, 0)

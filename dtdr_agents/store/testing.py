@@ -1,4 +1,4 @@
-"""A real PostgreSQL server on loopback for the tests, started from Debian's `postgresql`.
+"""A throw-away PostgreSQL server on loopback for tests and benchmarks (Debian's `postgresql`).
 
 `postgres_server()` initialises a throw-away cluster in a temporary folder, starts it on a free
 port of 127.0.0.1 (trust authentication, loopback only), and stops and removes it afterwards.
