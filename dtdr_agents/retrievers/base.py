@@ -11,48 +11,39 @@ import hashlib
 import inspect
 import threading
 from abc import ABC, abstractmethod
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
 
 import numpy as np
+from cachetools import LRUCache
 
-from dtdr_agents._version import __version__
 from dtdr_agents.foundation.checks import check_number
 from dtdr_agents.foundation.encoders import (
     Encoder,
     FittableEncoder,
-    TfidfEncoder,
     encoder_spec,
     get_encoder,
-    is_builtin_encoder,
 )
 from dtdr_agents.foundation.errors import (
-    DTDRError,
     InvalidDemonstrationError,
-    ModelLoadError,
     NotFittedError,
     UnknownToolError,
 )
-from dtdr_agents.foundation.persistence import (
-    FORMAT,
-    FORMAT_VERSION,
-    EncoderMismatchError,
-    SavedModel,
-    arrays_path,
-    check_saved_values,
-    child_arrays,
-    manifest_path,
-    read_model,
-    write_model,
-)
+from dtdr_agents.foundation.persistence import SavedModel, write_model
 from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Ranking, Toolset, as_history
 from dtdr_agents.recommend.default import recommend_from_ranking
 from dtdr_agents.recommend.record import Recommendation
-from dtdr_agents.retrievers.registry import class_by_name, register
+from dtdr_agents.retrievers.registry import register
+from dtdr_agents.retrievers.saving import load_retriever, save_retriever, saved_model
+from dtdr_agents.retrievers.scores import (
+    PRIOR_TEMPERATURE,
+    ExplainedRanking,
+    Scores,
+    check_quantile,
+    check_threshold,
+    softmax,
+)
 
 T = TypeVar("T")
 
@@ -69,89 +60,6 @@ MAX_QUERY_CHARS = 20_000
 
 MAX_HISTORY_CALLS = 1_000
 """Default `ToolRetriever.max_history_calls`: only the most recent calls are used."""
-
-PRIOR_TEMPERATURE = 0.05
-"""Softmax temperature of the query-similarity prior over cosine similarities."""
-
-
-@dataclass
-class Scores:
-    """What a retriever's `_score` returns: probabilities over `labels_` and why.
-
-    Attributes:
-        probabilities: One value per fitted label (fit catalogue, then end-of-plan); sums to 1.
-            With `over_current`, one value per tool of the current catalogue, then end-of-plan
-            (composites, which rank over their base's current catalogue).
-        explanation: Method, cluster, Markov key, backoff level, ...
-        ood_reason: Why the query looks out of distribution, or None.
-        over_current: Whether `probabilities` are over the current catalogue already.
-        notes: Per-tool reasons to show in the ranking (`Ranking.why`), in place of the rest.
-        tool_why: One tool's own features as short text (its Markov count, its similarity,
-            its feature contributions, ...), by its index in `probabilities`; `Ranking.why`
-            shows it first, so tools do not all read the same. Called only for the tools
-            whose `why` is asked for.
-        replaces: Keys of `explanation` that `tool_why` stands in for in `Ranking.why`
-            (they describe one tool, e.g. the top one); the explanation keeps them.
-    """
-
-    probabilities: np.ndarray
-    explanation: dict[str, Any] = field(default_factory=dict)
-    ood_reason: str | None = None
-    over_current: bool = False
-    notes: dict[str, str] = field(default_factory=dict)
-    tool_why: Callable[[int], str] | None = None
-    replaces: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, eq=False)
-class ExplainedRanking(Ranking):
-    """A `Ranking` whose `why(name)` leads with that tool's own features.
-
-    Attributes:
-        tool_why: A tool's own features as text, by its index in `names`.
-        replaces: Explanation keys left out of `why` (the own features stand in for them).
-    """
-
-    tool_why: Callable[[int], str] | None = field(default=None, repr=False)
-    replaces: tuple[str, ...] = ()
-
-    @cached_property
-    def _index_of(self) -> dict[str, int]:
-        return {n: i for i, n in enumerate(self.names)}
-
-    def why(self, name: str) -> str:
-        """`name`'s probability, its own features, then what the ranking shares."""
-        i = self._index_of.get(name)
-        if name in self.notes or self.tool_why is None or i is None:
-            return super().why(name)
-        own = self.tool_why(i)
-        skip = {"method", *self.replaces}
-        shared = ", ".join(f"{k}={v}" for k, v in self.explanation.items() if k not in skip)
-        inside = "; ".join(part for part in (own, shared) if part)
-        method = self.explanation.get("method", "retriever")
-        return f"{method} p={self.probability(name):.3f}" + (f" ({inside})" if inside else "")
-
-
-def check_quantile(value: Any, name: str = "ood_quantile") -> None:
-    """A quantile parameter is None or a number in (0, 1]."""
-    check_number(value, name, low=0.0, high=1.0, low_open=True, optional=True)
-
-
-def check_threshold(value: Any, name: str, *, upper: float | None) -> None:
-    """For `_set_state`: a saved threshold is None or a finite number in [0, upper]."""
-    try:
-        check_number(value, f"field 'state.{name}'", low=0.0, high=upper, optional=True)
-    except ValueError as exc:
-        raise ModelLoadError(str(exc)) from None
-
-
-def softmax(x: np.ndarray) -> np.ndarray:
-    """Numerically stable softmax over the last axis (float64)."""
-    z = np.asarray(x, dtype=np.float64)
-    z = z - z.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    out: np.ndarray = e / e.sum(axis=-1, keepdims=True)
-    return out
 
 
 class ToolRetriever(ABC):
@@ -277,7 +185,7 @@ class ToolRetriever(ABC):
                     f"demos[{pos}] must be a Demonstration, got {type(demo).__name__}"
                 )
             demo.check_tools(toolset)
-        self._memo_store: OrderedDict[tuple[str, str | bytes], Any] | None = None
+        self._memo_store: LRUCache[tuple[str, str | bytes], Any] | None = None
         self.fit_tools_ = toolset
         self.labels_: tuple[str, ...] = (*toolset.names, END_OF_PLAN)
         self._label_index = {n: i for i, n in enumerate(self.labels_)}
@@ -326,9 +234,9 @@ class ToolRetriever(ABC):
         Long requests are keyed by their digest, so the memo holds at most `MEMO_SIZE` keys
         of `MEMO_KEY_CHARS` characters (plus the small results), whatever the requests.
         """
-        memo: OrderedDict[tuple[str, str | bytes], Any] | None = getattr(self, "_memo_store", None)
+        memo: LRUCache[tuple[str, str | bytes], Any] | None = getattr(self, "_memo_store", None)
         if memo is None:
-            memo = OrderedDict()
+            memo = LRUCache(maxsize=MEMO_SIZE)
             self._memo_store = memo
         key: tuple[str, str | bytes] = (
             what,
@@ -336,14 +244,11 @@ class ToolRetriever(ABC):
         )
         with _MEMO_LOCK:
             if key in memo:
-                memo.move_to_end(key)
-                value: T = memo[key]
+                value: T = memo[key]  # a lookup marks the key most recently used
                 return value
         value = compute(query)  # outside the lock: may encode; a duplicate is harmless
         with _MEMO_LOCK:
-            memo[key] = value
-            if len(memo) > MEMO_SIZE:
-                memo.popitem(last=False)
+            memo[key] = value  # evicts the least recently used key beyond MEMO_SIZE
         return value
 
     def _check_fitted(self) -> None:
@@ -629,39 +534,7 @@ class ToolRetriever(ABC):
 
     def to_saved(self) -> SavedModel:
         """The fitted retriever as a `SavedModel` (manifest, arrays, nested retrievers)."""
-        self._check_fitted()
-        zero_shot = getattr(self, "zero_shot_", False)
-        state, model_arrays = ({}, {}) if zero_shot else self._state()
-        arrays = {f"model/{k}": v for k, v in model_arrays.items()}
-        encoder_info: dict[str, Any] | None = None
-        if self.encoder_ is not None and self.uses_encoder:  # a composite's is its base's
-            encoder_info = {"id": self.encoder_.id, "spec": encoder_spec(self.encoder_)}
-            inner = getattr(self.encoder_, "inner", self.encoder_)
-            if isinstance(inner, FittableEncoder):
-                enc_config, enc_arrays = inner.state()
-                encoder_info["state"] = enc_config
-                arrays.update({f"encoder/{k}": v for k, v in enc_arrays.items()})
-        if self.tool_embeddings_ is not None and self.uses_encoder:
-            arrays["tool_embeddings"] = self.tool_embeddings_
-        manifest = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "package_version": __version__,
-            "class": type(self).__name__,
-            "retriever_id": self.retriever_id,
-            "params": self._json_params(),
-            "runtime_params": list(self.runtime_params),
-            "encoder": encoder_info,
-            "catalogue_hash": self.fit_tools_.catalogue_hash,
-            "tools": self.fit_tools_.to_list(),
-            "current_tools": None if self.tools_ == self.fit_tools_ else self.tools_.to_list(),
-            "end_rate": self.end_rate_,
-            "state": state,
-        }
-        if zero_shot:
-            manifest["zero_shot"] = True
-        children = {name: part.to_saved() for name, part in self.parts().items()}
-        return SavedModel(manifest, arrays, children)
+        return saved_model(self)
 
     def save(self, path: str | Path) -> Path:
         """Save the fitted retriever to a folder of JSON and safetensors (atomic, no pickle).
@@ -696,166 +569,18 @@ class ToolRetriever(ABC):
         return model
 
 
-def save_retriever(retriever: ToolRetriever, path: str | Path) -> Path:
-    """Save a fitted retriever to the folder `path` (same as `retriever.save(path)`)."""
-    return retriever.save(path)
-
-
-def load_retriever(
-    path: str | Path,
-    *,
-    tools: Toolset | Iterable[Any] | None = None,
-    encoder: str | Encoder | None = None,
-    allow_catalogue_change: bool = False,
-    allow_encoder_change: bool = False,
-    params: Mapping[str, Any] | None = None,
-) -> ToolRetriever:
-    """Load a retriever written by `save`, nested retrievers included.
-
-    Args:
-        path: The model folder.
-        tools: The catalogue you will rank over. If its hash differs from the fitted one,
-            loading fails unless `allow_catalogue_change` (then new tools use the prior and
-            removed tools are never returned).
-        encoder: Encoder to use instead of the recorded one; its id must match unless
-            `allow_encoder_change`.
-        allow_catalogue_change: Accept a catalogue that differs from the fitted one.
-        allow_encoder_change: Accept an encoder whose id differs from the recorded one.
-        params: Constructor parameters that are not saved (a class's `runtime_params`, such
-            as a chat model or a planner); each reaches every retriever of the tree that
-            declares it.
-
-    Raises:
-        ModelLoadError: Naming the file and field on a missing, corrupt or mismatched folder.
-    """
-    return _restore(
-        read_model(path),
-        tools=tools,
-        encoder=encoder,
-        allow_catalogue_change=allow_catalogue_change,
-        allow_encoder_change=allow_encoder_change,
-        params=dict(params or {}),
-    )
-
-
-def _restore(
-    saved: SavedModel,
-    *,
-    tools: Toolset | Iterable[Any] | None,
-    encoder: str | Encoder | None,
-    allow_catalogue_change: bool,
-    allow_encoder_change: bool,
-    params: Mapping[str, Any],
-) -> ToolRetriever:
-    manifest, arrays = saved.manifest, saved.arrays
-    where = manifest_path(saved)
-    cls = class_by_name(str(manifest["class"]))
-    if cls is None:
-        raise ModelLoadError(
-            f"{where}: field 'class' is {manifest['class']!r}, not a known retriever"
-        )
-    if not isinstance(manifest["params"], dict):
-        raise ModelLoadError(f"{where}: field 'params' is not an object")
-    try:
-        fit_tools = Toolset(manifest["tools"])
-    except DTDRError as exc:
-        raise ModelLoadError(f"{where}: field 'tools' is invalid: {exc}") from exc
-    if fit_tools.catalogue_hash != manifest["catalogue_hash"]:
-        raise ModelLoadError(
-            f"{where}: field 'catalogue_hash' does not match field 'tools' (edited?)"
-        )
-    parts = {
-        name: _restore(
-            child,
-            tools=tools,
-            encoder=encoder,
-            allow_catalogue_change=allow_catalogue_change,
-            allow_encoder_change=allow_encoder_change,
-            params=params,
-        )
-        for name, child in saved.children.items()
-    }
-    accepted = {p for p in inspect.signature(cls.__init__).parameters if p != "self"}
-    kwargs = dict(manifest["params"])
-    kwargs.update({k: v for k, v in parts.items() if k in accepted})
-    kwargs.update({k: v for k, v in params.items() if k in cls.runtime_params and k in accepted})
-    try:
-        retriever = cls(**kwargs)
-    except TypeError as exc:
-        raise ModelLoadError(f"{where}: field 'params' does not fit {cls.__name__}: {exc}") from exc
-    try:
-        retriever._check_params()
-    except (ValueError, TypeError) as exc:
-        raise ModelLoadError(f"{where}: field 'params' is invalid: {exc}") from None
-
-    retriever.fit_tools_ = fit_tools
-    retriever.labels_ = (*fit_tools.names, END_OF_PLAN)
-    retriever._label_index = {n: i for i, n in enumerate(retriever.labels_)}
-    check_saved_values(saved, len(fit_tools))
-    retriever.end_rate_ = float(manifest.get("end_rate", 0.0))
-    retriever.encoder_ = _restore_encoder(manifest, arrays, encoder, allow_encoder_change, where)
-    retriever.tool_embeddings_ = arrays.get("tool_embeddings")
-    retriever._set_parts(parts)
-    retriever.zero_shot_ = manifest.get("zero_shot") is True
-    try:
-        if not retriever.zero_shot_:
-            retriever._set_state(manifest["state"], child_arrays(arrays, "model"))
-    except ModelLoadError as exc:
-        raise ModelLoadError(f"{where}: {exc}") from None
-    except (KeyError, TypeError, ValueError, IndexError, OverflowError, MemoryError) as exc:
-        raise ModelLoadError(
-            f"{where}: field 'state' or {arrays_path(saved).name} is corrupt "
-            f"({type(exc).__name__}: {exc})"
-        ) from None
-    retriever._fitted = True
-
-    current = manifest.get("current_tools")
-    try:
-        target = Toolset(current) if current else fit_tools
-    except (DTDRError, TypeError, ValueError) as exc:
-        raise ModelLoadError(f"{where}: field 'current_tools' is invalid: {exc}") from None
-    if tools is not None:
-        given = tools if isinstance(tools, Toolset) else Toolset(tools)
-        if given.catalogue_hash != fit_tools.catalogue_hash and not allow_catalogue_change:
-            raise ModelLoadError(
-                f"{saved.folder}: the model was fitted on another tool catalogue (hash "
-                f"{fit_tools.catalogue_hash}, given {given.catalogue_hash}); pass "
-                "allow_catalogue_change=True to rank over the new catalogue anyway"
-            )
-        target = given
-    retriever.set_tools(target)
-    return retriever
-
-
-def _restore_encoder(
-    manifest: Mapping[str, Any],
-    arrays: Mapping[str, np.ndarray],
-    encoder: str | Encoder | None,
-    allow_change: bool,
-    where: Path,
-) -> Encoder | None:
-    info = manifest.get("encoder")
-    if info is None:
-        return None
-    if not isinstance(info, dict) or not isinstance(info.get("id"), str):
-        raise ModelLoadError(f"{where}: field 'encoder' is not valid")
-    if "state" in info:  # a fitted TF-IDF encoder travels with the model
-        try:
-            saved: Encoder = TfidfEncoder.from_state(info["state"], child_arrays(arrays, "encoder"))
-        except (ModelLoadError, TypeError, ValueError, AttributeError, IndexError) as exc:
-            raise ModelLoadError(f"{where}: field 'encoder' is corrupt: {exc}") from None
-        if saved.id != info["id"]:
-            raise ModelLoadError(
-                f"{where}: field 'encoder' is corrupt: the saved TF-IDF state has id "
-                f"{saved.id!r}, not the recorded {info['id']!r}"
-            )
-        resolved = saved if encoder is None else get_encoder(encoder)
-    else:
-        spec = info.get("spec")
-        if encoder is None and not is_builtin_encoder(spec):
-            raise EncoderMismatchError(where, str(spec), None)
-        resolved = get_encoder(encoder if encoder is not None else spec)
-        saved = resolved
-    if (resolved.id != info.get("id") or saved.id != info.get("id")) and not allow_change:
-        raise EncoderMismatchError(where, info["id"], resolved.id)
-    return resolved
+__all__ = [
+    "MAX_HISTORY_CALLS",
+    "MAX_QUERY_CHARS",
+    "MEMO_KEY_CHARS",
+    "MEMO_SIZE",
+    "PRIOR_TEMPERATURE",
+    "ExplainedRanking",
+    "Scores",
+    "ToolRetriever",
+    "check_quantile",
+    "check_threshold",
+    "load_retriever",
+    "save_retriever",
+    "softmax",
+]
