@@ -1,0 +1,188 @@
+"""The hybrid's combiner: its features, its zero-shot prior and the cross-fitted fit.
+
+A conditional-logit combiner (a softmax over a step's candidates of a linear score of per-tool
+features, `FEATURES`), fitted on the cross-fitting's held-out steps and pulled towards the
+zero-shot prior `PRIOR_WEIGHTS` (see `dtdr_agents.retrievers.hybrid`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+FEATURES: tuple[str, ...] = (
+    # zero-shot, per tool
+    "bm25_norm",
+    "bm25_rank",
+    "dense_rel",
+    "dense_rank",
+    "unseen",
+    "bm25_norm_unseen",
+    "dense_rel_unseen",
+    "log_count",
+    # learned, per tool
+    "chain_cluster",
+    "chain_cluster_rare_key",
+    "chain_cluster_far",
+    "chain_all",
+    "chain_all_rare_key",
+    "dtdr_l",
+    "dtdr_l_fine",
+    "in_history",
+    "last_call_sim",
+    "knn_plan",
+    "knn_next",
+    # the request's clauses (its sub-goals) against the calls made so far
+    "clause_rel",
+    "clause_open",
+    "clause_next",
+    # end-of-plan
+    "end",
+    "end_chain_cluster",
+    "end_chain_all",
+    "end_dtdr_l",
+    "end_dtdr_l_fine",
+    "end_n_calls",
+    "end_first_step",
+    "end_knn",
+)
+"""The combiner's features, in weight order (see the module docstring)."""
+
+_F = {name: i for i, name in enumerate(FEATURES)}
+
+PRIOR_WEIGHTS: dict[str, float] = {
+    "bm25_rank": 1.0,
+    "dense_rank": 1.0,
+    "end": -3.0,
+    "end_n_calls": 3.0,
+}
+"""Zero-shot prior of the combiner: BM25 and dense similarity fused evenly by rank.
+
+Used as is with no demonstrations, and as the centre of the combiner's penalty otherwise.
+End-of-plan is unlikely before the first call and likelier as calls accumulate. Rank fusion
+needs no score scale, so it does not favour one of the two on catalogues where the other is
+the better zero-shot ranker (BM25 on Seal-Tools' short requests, dense on TaskBench-HF)."""
+
+RIDGE = 0.1
+"""A plain L2 on the weights added to the combiner's pull on the scores (relative to it).
+
+Without it, a feature that is small or rare on a handful of held-out steps (the neighbours'
+votes, BM25's score difference) is nearly free, and 12 demonstrations of two plans were
+enough to rank a demonstrated tool above the only relevant, never demonstrated one."""
+
+
+def _prior_vector() -> np.ndarray:
+    w = np.zeros(len(FEATURES))
+    for name, value in PRIOR_WEIGHTS.items():
+        w[_F[name]] = value
+    return w
+
+
+@dataclass(frozen=True)
+class _HeldOut:
+    """The cross-fitting's held-out steps, stacked: one row per (step, candidate)."""
+
+    x: np.ndarray  # (rows, features)
+    good: np.ndarray  # (rows,): an acceptable candidate of its step
+    starts: np.ndarray  # (steps,): first row of each step
+
+    @classmethod
+    def stack(cls, feats: list[np.ndarray], targets: list[np.ndarray]) -> _HeldOut:
+        """Stack per-step matrices and masks, emptying both lists (they would double the RAM)."""
+        lengths = np.fromiter((len(f) for f in feats), dtype=np.int64, count=len(feats))
+        x = np.concatenate(feats) if feats else np.zeros((0, len(FEATURES)))
+        feats.clear()
+        good = np.concatenate(targets) if targets else np.zeros(0, dtype=bool)
+        targets.clear()
+        return cls(x, good, np.cumsum(lengths) - lengths)
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.starts)
+
+    @cached_property
+    def step_of_row(self) -> np.ndarray:
+        """Each row's step (computed once: the optimiser needs it at every evaluation)."""
+        lengths = np.diff(np.append(self.starts, len(self.x)))
+        return np.repeat(np.arange(self.n_steps), lengths)
+
+    def log_sum_exp(self, s: np.ndarray) -> np.ndarray:
+        """Per step, log sum exp of the row scores `s` (-inf rows count as absent)."""
+        top = np.maximum.reduceat(s, self.starts)
+        return top + np.log(np.add.reduceat(np.exp(s - top[self.step_of_row]), self.starts))
+
+
+def _fit_combiner(held: _HeldOut, prior: np.ndarray, l2: float) -> np.ndarray:
+    """Conditional-logit weights maximising log P(an acceptable candidate), pulled to `prior`.
+
+    The pull penalises how much the weights change the scores, not the weights themselves:
+    `0.5 * l2 * mean over rows of (x . (w - prior))**2`, that is `d' G d` with `G` the
+    features' second-moment matrix, plus a small plain L2 (`RIDGE`). A feature that is large
+    on many rows (a rank, a chain's log-probability) is held close to the prior; one that is
+    small or rare (end-of-plan's terms, a score difference) moves more freely. Features on
+    different scales are then pulled alike, which a plain L2 on the weights does not do.
+
+    The loss (summed over held-out steps) and its gradient are computed in closed form on the
+    stacked rows and minimised by SciPy's L-BFGS-B: no padded (steps, widest step, features)
+    array and no autograd graph, so memory stays one copy of the features.
+
+    Args:
+        held: The held-out steps (every step has at least one acceptable candidate).
+        prior: Centre of the penalty.
+        l2: Penalty strength.
+    """
+    from scipy.optimize import minimize
+
+    if held.n_steps == 0:
+        return prior.copy()
+    row_step = held.step_of_row
+    second_moment = held.x.T @ held.x / len(held.x) + RIDGE * np.eye(held.x.shape[1])
+
+    def loss_and_grad(w: np.ndarray) -> tuple[float, np.ndarray]:
+        s = held.x @ w
+        lse_all = held.log_sum_exp(s)
+        lse_good = held.log_sum_exp(np.where(held.good, s, -np.inf))
+        p_all = np.exp(s - lse_all[row_step])
+        p_good = np.where(held.good, np.exp(s - lse_good[row_step]), 0.0)
+        d = w - prior
+        gd = second_moment @ d
+        loss = float((lse_all - lse_good).sum() + 0.5 * l2 * (d @ gd))
+        return loss, held.x.T @ (p_all - p_good) + l2 * gd
+
+    res = minimize(
+        loss_and_grad,
+        prior.astype(np.float64),
+        jac=True,
+        method="L-BFGS-B",
+        options={"maxiter": 1000},
+    )
+    out: np.ndarray = np.asarray(res.x, dtype=np.float64)
+    return out
+
+
+def _held_out_mrr(held: _HeldOut, weights: np.ndarray) -> dict[str, float]:
+    """Held-out MRR of the combiner and of single features (over candidates), for the record."""
+    cols = {
+        "hybrid": None,
+        "bm25": _F["bm25_norm"],
+        "dense": _F["dense_rel"],
+        "dtdr-c chain": _F["chain_cluster"],
+        "dtdr-l": _F["dtdr_l"],
+    }
+    if held.n_steps == 0:
+        return dict.fromkeys(cols, 0.0)
+    mixed = held.x @ weights
+    row_step = held.step_of_row
+    out: dict[str, float] = {}
+    for name, col in cols.items():
+        s = mixed if col is None else held.x[:, col] + 1e-9 * mixed
+        # rank of a step's best acceptable candidate = 1 + candidates scored strictly above it
+        best = np.maximum.reduceat(np.where(held.good, s, -np.inf), held.starts)
+        above = np.add.reduceat((s > best[row_step]).astype(np.int64), held.starts)
+        out[name] = round(float(np.mean(1.0 / (above + 1))), 4)
+    return out
+
+
+__all__ = ["FEATURES", "PRIOR_WEIGHTS", "RIDGE"]

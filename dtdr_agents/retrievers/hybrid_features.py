@@ -1,0 +1,393 @@
+"""The hybrid's per-step features: what a request and the calls so far say about each tool.
+
+`HybridFeatures` is the part of `HybridRetriever` that turns a (request, history) step into
+its candidates and their feature matrix (`FEATURES`): BM25 and dense relevance, the learned
+parts' chains and DTDR-L, the nearest demonstrations' plans and the request's clauses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Self
+
+import numpy as np
+
+from dtdr_agents.foundation.clauses import request_clauses
+from dtdr_agents.retrievers.base import ToolRetriever, softmax
+from dtdr_agents.retrievers.bm25 import BM25Retriever
+from dtdr_agents.retrievers.dtdr_c import DTDRC
+from dtdr_agents.retrievers.hybrid_combiner import _F, FEATURES
+from dtdr_agents.retrievers.index import CandidateIndex
+from dtdr_agents.retrievers.linear import DTDRL
+from dtdr_agents.retrievers.markov import GLOBAL, UNSEEN, history_key
+
+CHAIN_EPS = 1e-3
+"""Chain features are `log(1 + p / CHAIN_EPS)`: 0 for tools never seen after the key."""
+
+L_FLOOR = 1e-6
+"""DTDR-L log-probabilities are floored here (tools DTDR-L never saw get the floor)."""
+
+L_TOP = 20
+"""DTDR-L's top tools added to every step's candidates."""
+
+KNN = 10
+"""Nearest demonstrations (by request similarity) behind the `knn_*` features."""
+
+KNN_TEMPERATURE = 0.05
+"""Softmax temperature of the neighbours' weights over their cosine similarities."""
+
+
+CandidateSource = Callable[[str, int], Sequence[tuple[str, float]]]
+"""An external candidate stage: (query, k) -> up to k (tool name, similarity), best first.
+
+For example a shared vector database (`langchain_dtdr.vectorstore.VectorStoreCandidates`)."""
+
+
+@dataclass
+class _QueryState:
+    """What a query contributes to every step (computed once per query)."""
+
+    qvec: np.ndarray
+    candidates: np.ndarray  # tool rows (fit catalogue order)
+    zero_shot: np.ndarray  # (len(candidates), 5): bm25_norm, bm25_rank, dense_rel, dense_rank, cos
+    bm25_learned: np.ndarray  # BM25 score of the learned parts' tools (`_learned_rows`)
+    bm25_max: float
+    cos_max: float
+    cluster: int
+    cluster_far: float
+    source_note: str | None = None
+    neighbours: tuple[tuple[int, float], ...] = ()  # (demonstration, weight)
+    clauses: np.ndarray | None = None  # (clauses, dim) embeddings of `request_clauses`
+
+
+class HybridFeatures(ToolRetriever):
+    """The hybrid's feature computation (a base of `HybridRetriever`; registers no id)."""
+
+    candidates: int
+    clauses: bool
+    bm25_: BM25Retriever
+    index_: CandidateIndex
+    chains_: DTDRC | None
+    linear_: DTDRL | None
+    linear_fine_: DTDRL | None
+    knn_queries_: np.ndarray
+    knn_plans_: list[np.ndarray]
+    tool_counts_: np.ndarray
+    _chain_map: np.ndarray
+    _linear_map: np.ndarray
+    _learned_rows: np.ndarray
+
+    def _learned_bm25(self, qs: _QueryState, rows: np.ndarray) -> np.ndarray:
+        """Normalised BM25 of tools the learned parts added (0 for any other tool)."""
+        if qs.bm25_max <= 0 or not len(self._learned_rows):
+            return np.zeros(len(rows))
+        at = np.minimum(np.searchsorted(self._learned_rows, rows), len(self._learned_rows) - 1)
+        known = self._learned_rows[at] == rows
+        return np.where(known, qs.bm25_learned[at], 0.0) / qs.bm25_max
+
+    def warm(self, steps: Sequence[tuple[str, Sequence[str]]]) -> None:
+        """Encode the requests and their clauses (`request_clauses`) in one batch."""
+        if self.encoder_ is None or not steps:
+            return
+        queries = list(dict.fromkeys(q for q, _ in steps))
+        texts = list(queries)
+        if self.clauses:  # as `_compute_query_state`: one clause is the request itself
+            for q in queries:
+                parts = request_clauses(q)
+                texts += parts if len(parts) > 1 else []
+        self.encoder_.encode(list(dict.fromkeys(texts)))
+
+    def _query_state(self, query: str) -> _QueryState:
+        return self._memo(query, "hybrid", self._compute_query_state)
+
+    def _compute_query_state(self, query: str) -> _QueryState:
+        qvec = self._query_vector(query).astype(np.float32)
+        c = self.candidates
+        n = len(self.fit_tools_)
+        bm25 = self.bm25_.bm25_scores(query, remember=False)  # ours is the only memo
+        positive = int((bm25 > 0).sum())
+        k_b = min(c, positive)
+        if k_b:
+            top_b = np.argpartition(-bm25, k_b - 1)[:k_b] if k_b < n else np.arange(n)
+            top_b = top_b[np.argsort(-bm25[top_b], kind="stable")]
+        else:
+            top_b = np.zeros(0, dtype=np.int64)
+        top_d, note = self._dense_candidates(query, qvec)
+        cands = np.unique(np.concatenate([top_b, top_d]).astype(np.int64))
+        assert self.tool_embeddings_ is not None
+        cos = self.tool_embeddings_[cands] @ qvec
+        bm_max = float(bm25.max()) if n else 0.0
+        cos_max = float(cos.max()) if len(cos) else 0.0
+        rank_b = np.full(n, c, dtype=np.float64)
+        rank_b[top_b] = np.arange(len(top_b))
+        rank_d = np.full(n, c, dtype=np.float64)
+        rank_d[top_d] = np.arange(len(top_d))
+        zs = np.empty((len(cands), 5))
+        zs[:, 0] = bm25[cands] / bm_max if bm_max > 0 else 0.0
+        zs[:, 1] = -np.log1p(rank_b[cands])
+        zs[:, 2] = cos - cos_max
+        zs[:, 3] = -np.log1p(rank_d[cands])
+        zs[:, 4] = cos
+        cluster, far = -1, 0.0
+        if self.chains_ is not None:
+            cluster, dist = self.chains_.assign_cluster(query)
+            thr = self.chains_.ood_threshold_
+            far = dist / thr if thr else 0.0
+        neighbours: tuple[tuple[int, float], ...] = ()
+        if len(self.knn_queries_):
+            sims = self.knn_queries_ @ qvec
+            k = min(KNN, len(sims))
+            top = np.argpartition(-sims, k - 1)[:k]
+            w = softmax(sims[top] / KNN_TEMPERATURE)
+            neighbours = tuple((int(j), float(v)) for j, v in zip(top, w, strict=True))
+        # Only the learned parts add tools to a step beyond these candidates, so only their
+        # tools' BM25 scores are kept: not a catalogue-sized vector per remembered request.
+        bm25_learned = bm25[self._learned_rows]
+        parts = request_clauses(query) if self.clauses else []
+        assert self.encoder_ is not None
+        clauses = (
+            None
+            if not parts
+            else qvec[None, :]
+            if len(parts) == 1
+            else self.encoder_.encode(parts).astype(np.float32)
+        )
+        return _QueryState(
+            qvec, cands, zs, bm25_learned, bm_max, cos_max, cluster, far, note, neighbours, clauses
+        )
+
+    def _knn(
+        self, qs: _QueryState, history: tuple[str, ...]
+    ) -> tuple[dict[int, float], dict[int, float], float]:
+        """Neighbours' votes: tools left in their plans, their next call, and end-of-plan."""
+        done: dict[int, int] = {}
+        for h in history:
+            i = self._label_index.get(h, -1)
+            done[i] = done.get(i, 0) + 1
+        plan_votes: dict[int, float] = {}
+        next_votes: dict[int, float] = {}
+        end_vote = 0.0
+        for j, weight in qs.neighbours:
+            left = dict(done)
+            remaining = []
+            for t in self.knn_plans_[j].tolist():
+                if left.get(t, 0) > 0:
+                    left[t] -= 1
+                else:
+                    remaining.append(t)
+            if not remaining:
+                end_vote += weight
+                continue
+            next_votes[remaining[0]] = next_votes.get(remaining[0], 0.0) + weight
+            for t in set(remaining):
+                plan_votes[t] = plan_votes.get(t, 0.0) + weight
+        return plan_votes, next_votes, end_vote
+
+    def set_candidate_source(self, source: CandidateSource | None) -> Self:
+        """Take the dense candidates from `source` (e.g. a shared vector store), or None.
+
+        The source is not saved with the model. Names outside the catalogue are skipped and a
+        failing source falls back to the local index; both are noted in the explanation.
+        """
+        self._candidate_source = source
+        self._memo_store = None
+        return self
+
+    def _dense_candidates(self, query: str, qvec: np.ndarray) -> tuple[np.ndarray, str | None]:
+        source: CandidateSource | None = getattr(self, "_candidate_source", None)
+        if source is None:
+            return self.index_.search(qvec, self.candidates)[0], None
+        try:
+            pairs = list(source(query, self.candidates))
+        except Exception as exc:  # never fail an agent step on the external store
+            ids = self.index_.search(qvec, self.candidates)[0]
+            return ids, f"candidate source failed ({exc}); used the local index"
+        n = len(self.fit_tools_)
+        rows = [self._label_index.get(name, -1) for name, _ in pairs]
+        unknown = [name for (name, _), r in zip(pairs, rows, strict=True) if not 0 <= r < n]
+        ids = np.array([r for r in rows if 0 <= r < n], dtype=np.int64)
+        note = f"{len(ids)} candidates from the candidate source"
+        if unknown:
+            shown = ", ".join(repr(u) for u in unknown[:5])
+            note += f"; skipped {len(unknown)} names outside the catalogue ({shown})"
+        return ids, note
+
+    def _chain(self, group: int, seq: list[int]) -> tuple[np.ndarray, np.ndarray, float]:
+        """(our labels, probabilities, key support) of the longest key of `seq` seen in `group`."""
+        assert self.chains_ is not None
+        tables = self.chains_.tables_
+        for order in sorted(self.chains_._orders(), reverse=True):
+            hit = tables.lookup(group, history_key(seq, order))
+            if hit is not None:
+                labels, counts = hit
+                total = float(counts.sum())
+                return self._chain_map[labels], counts / total, total
+        return np.zeros(0, dtype=np.int64), np.zeros(0), 0.0
+
+    def _linear_probs(
+        self, qs: _QueryState, history: tuple[str, ...]
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Both DTDR-L models' probabilities over their (shared) labels for this step."""
+        if self.linear_ is None or self.linear_fine_ is None:
+            return None
+        x = self.linear_._structured(qs.qvec[None, :], [history])[0]
+        return (
+            softmax(self.linear_.weight_ @ x + self.linear_.bias_),
+            softmax(self.linear_fine_.weight_ @ x + self.linear_fine_.bias_),
+        )
+
+    def _step_features(self, query: str, history: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """(candidate labels, feature matrix) of one step; end-of-plan is the last candidate."""
+        qs = self._query_state(query)
+        end = len(self.labels_) - 1
+        extra: list[np.ndarray] = []
+        cl_labels = cl_p = all_labels = all_p = np.zeros(0)
+        cl_support = all_support = 0.0
+        if self.chains_ is not None:
+            seq = [self.chains_._label_index.get(h, UNSEEN) for h in history]
+            cl_labels, cl_p, cl_support = self._chain(qs.cluster, seq)
+            if self.chains_.n_clusters_ > 1:
+                all_labels, all_p, all_support = self._chain(GLOBAL, seq)
+            else:
+                all_labels, all_p, all_support = cl_labels, cl_p, cl_support
+            extra += [cl_labels.astype(np.int64), all_labels.astype(np.int64)]
+        lps = self._linear_probs(qs, history)
+        if lps is not None:
+            mean = 0.5 * (lps[0] + lps[1])
+            k = min(L_TOP, len(mean))
+            top = np.argpartition(-mean, k - 1)[:k]
+            extra.append(self._linear_map[top])
+        plan_votes, next_votes, end_vote = self._knn(qs, history)
+        if plan_votes:
+            extra.append(np.fromiter(plan_votes, dtype=np.int64, count=len(plan_votes)))
+        cands = qs.candidates
+        if extra:
+            more = np.concatenate(extra)
+            more = more[(more != end) & ~np.isin(more, cands)]
+            if len(more):
+                cands = np.concatenate([cands, np.unique(more)])
+        labels = np.append(cands, end)
+        n_c = len(cands)
+        x = np.zeros((n_c + 1, len(FEATURES)))
+        # zero-shot
+        n_q = len(qs.candidates)
+        x[:n_q, _F["bm25_norm"]] = qs.zero_shot[:, 0]
+        x[:n_q, _F["bm25_rank"]] = qs.zero_shot[:, 1]
+        x[:n_q, _F["dense_rel"]] = qs.zero_shot[:, 2]
+        x[:n_q, _F["dense_rank"]] = qs.zero_shot[:, 3]
+        if n_c > n_q:
+            added = cands[n_q:]
+            assert self.tool_embeddings_ is not None
+            x[n_q:n_c, _F["bm25_norm"]] = self._learned_bm25(qs, added)
+            x[n_q:n_c, _F["bm25_rank"]] = -np.log1p(self.candidates)
+            x[n_q:n_c, _F["dense_rel"]] = self.tool_embeddings_[added] @ qs.qvec - qs.cos_max
+            x[n_q:n_c, _F["dense_rank"]] = -np.log1p(self.candidates)
+        counts = self.tool_counts_[cands]
+        unseen = (counts == 0).astype(np.float64)
+        x[:n_c, _F["unseen"]] = unseen
+        x[:n_c, _F["bm25_norm_unseen"]] = x[:n_c, _F["bm25_norm"]] * unseen
+        x[:n_c, _F["dense_rel_unseen"]] = x[:n_c, _F["dense_rel"]] * unseen
+        x[:n_c, _F["log_count"]] = np.log1p(counts)
+        # learned
+        pos = {int(label): i for i, label in enumerate(labels)}
+        x[n_c, _F["end"]] = 1.0
+        if self.chains_ is not None:
+            rare_cl = 1.0 / np.sqrt(1.0 + cl_support)
+            rare_all = 1.0 / np.sqrt(1.0 + all_support)
+            for chain_labels, chain_p, end_name, cols in (
+                (
+                    cl_labels,
+                    cl_p,
+                    "end_chain_cluster",
+                    (
+                        ("chain_cluster", 1.0),
+                        ("chain_cluster_rare_key", rare_cl),
+                        ("chain_cluster_far", qs.cluster_far),
+                    ),
+                ),
+                (
+                    all_labels,
+                    all_p,
+                    "end_chain_all",
+                    (("chain_all", 1.0), ("chain_all_rare_key", rare_all)),
+                ),
+            ):
+                rows = np.array([pos[int(lab)] for lab in chain_labels], dtype=np.int64)
+                vals = np.log1p(np.asarray(chain_p, dtype=np.float64) / CHAIN_EPS)
+                is_end = np.asarray(chain_labels) == end
+                x[rows[is_end], _F[end_name]] = vals[is_end]
+                for name, factor in cols:
+                    x[rows[~is_end], _F[name]] = vals[~is_end] * factor
+        if lps is not None:
+            for lp, col, end_col in (
+                (lps[0], _F["dtdr_l"], _F["end_dtdr_l"]),
+                (lps[1], _F["dtdr_l_fine"], _F["end_dtdr_l_fine"]),
+            ):
+                full = np.full(len(self.labels_), np.log(L_FLOOR))
+                full[self._linear_map] = np.log(np.maximum(lp, L_FLOOR))
+                x[:n_c, col] = full[cands] - np.log(L_FLOOR)
+                x[n_c, end_col] = full[end] - np.log(L_FLOOR)
+        if history:
+            hist_rows = [self._label_index.get(h, -1) for h in history]
+            for h in hist_rows:
+                if h >= 0 and h in pos and h != end:
+                    x[pos[h], _F["in_history"]] += 1.0
+            last = hist_rows[-1]
+            if 0 <= last < len(self.fit_tools_):
+                assert self.tool_embeddings_ is not None
+                x[:n_c, _F["last_call_sim"]] = (
+                    self.tool_embeddings_[cands] @ self.tool_embeddings_[last]
+                )
+        self._clause_features(qs, history, cands, x)
+        x[n_c, _F["end_n_calls"]] = np.log1p(len(history))
+        x[n_c, _F["end_first_step"]] = float(not history)
+        x[n_c, _F["end_knn"]] = end_vote
+        for votes, col in ((plan_votes, _F["knn_plan"]), (next_votes, _F["knn_next"])):
+            for t, v in votes.items():
+                if t in pos and t != end:
+                    x[pos[t], col] = v
+        return labels, x
+
+    def _clause_features(
+        self, qs: _QueryState, history: tuple[str, ...], cands: np.ndarray, x: np.ndarray
+    ) -> None:
+        """Fill the `clause_*` columns of the candidates' rows of `x` (in place).
+
+        `clause_rel`: the candidate's best similarity to any clause of the request.
+        `clause_open`: the same, each clause discounted by how well the calls so far already
+        match it (a sub-goal that is done). `clause_next`: similarity to the clause whose
+        position is the number of calls so far (requests often list steps in order).
+        """
+        assert self.tool_embeddings_ is not None
+        if qs.clauses is None:  # clauses=False
+            return
+        sims = self.tool_embeddings_[cands] @ qs.clauses.T  # (candidates, clauses)
+        if not sims.size:
+            return
+        n_c = len(cands)
+        x[:n_c, _F["clause_rel"]] = sims.max(axis=1)
+        rows = [
+            r
+            for r in (self._label_index.get(h, -1) for h in history)
+            if 0 <= r < len(self.fit_tools_)
+        ]
+        covered = (
+            (self.tool_embeddings_[rows] @ qs.clauses.T).max(axis=0)
+            if rows
+            else np.zeros(sims.shape[1])
+        )
+        x[:n_c, _F["clause_open"]] = (sims * (1.0 - np.clip(covered, 0.0, 1.0))).max(axis=1)
+        if len(history) < sims.shape[1]:
+            x[:n_c, _F["clause_next"]] = sims[:, len(history)]
+
+
+__all__ = [
+    "CHAIN_EPS",
+    "KNN",
+    "KNN_TEMPERATURE",
+    "L_FLOOR",
+    "L_TOP",
+    "CandidateSource",
+    "HybridFeatures",
+]
