@@ -58,11 +58,15 @@ def field_path(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def describe(exc: ValidationError, model: type[RawRecord]) -> str:
-    """The first validation error as a sentence naming the field and what it should be."""
+def describe(exc: ValidationError, model: type[RawRecord], at: str = "") -> str:
+    """The first validation error as a sentence naming the field and what it should be.
+
+    `at` is where the record sits in its file (``nodes[3]``), before the field's path.
+    """
     err = exc.errors(include_url=False)[0]
     loc, hint = _field(model, tuple(err["loc"]))
     name = field_path(loc)
+    name = f"{at}.{name}" if at and name else at or name
     if err["type"] == "missing":
         return f"missing field {name!r}{hint}"
     msg = str(err["msg"])
@@ -98,11 +102,20 @@ def _inner_model(annotation: Any) -> Any:
 
 
 def parse(
-    model: type[M], record: Any, report: Report, path: Path | str, line: int | None
+    model: type[M],
+    record: Any,
+    report: Report,
+    path: Path | str,
+    line: int | None,
+    at: str = "",
 ) -> M | None:
-    """`record` as a `model`, or None after reporting it as malformed (raise or skip)."""
+    """`record` as a `model`, or None after reporting it as malformed (raise or skip).
+
+    `at` names the record inside a whole-document file (``nodes[3]``), where there is no line.
+    """
     if not isinstance(record, Mapping):
-        report.malformed(f"expected a JSON object, got {type(record).__name__}", path, line)
+        where = f"{at}: " if at else ""
+        report.malformed(f"{where}expected a JSON object, got {type(record).__name__}", path, line)
         return None
     try:
         return model.model_validate(record)
@@ -113,5 +126,5 @@ def parse(
             value = record.get(key)
             if isinstance(value, str) and value:
                 prefix = f"{kind} {value!r}: "
-        report.malformed(prefix + describe(exc, model), path, line)
+        report.malformed(prefix + describe(exc, model, at), path, line)
         return None

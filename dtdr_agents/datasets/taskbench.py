@@ -55,16 +55,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from dtdr_agents.datasets._io import (
     Catalogue,
     Collector,
     DatasetNotFoundError,
     Report,
     UnknownTools,
+    add_plan,
     call_arguments,
     check_unknown_tools,
     json_type,
-    make_demo,
     require_exists,
     require_file,
     resolve_unknown,
@@ -73,8 +75,8 @@ from dtdr_agents.datasets._json import (
     iter_jsonl,
     read_json,
 )
+from dtdr_agents.datasets._raw import Name, RawRecord, parse
 from dtdr_agents.datasets.base import Dataset
-from dtdr_agents.datasets.plans import PlanCycleError, order_plan
 from dtdr_agents.foundation.errors import DatasetFormatError
 from dtdr_agents.foundation.types import CallArguments, Tool
 
@@ -177,6 +179,54 @@ def load_taskbench_catalogue(
     )
 
 
+# ----------------------------------------------------------------------------- raw formats
+
+
+class ToolNode(RawRecord):
+    """A ``tool_desc.json`` node (``desc``, ``parameters``, ``input-type`` read leniently)."""
+
+    id: Name = Field(description="the tool's name")
+
+
+class GraphLink(RawRecord):
+    """A ``graph_desc.json`` link between two tools, by name."""
+
+    source: str
+    target: str
+
+
+class UserRequest(RawRecord):
+    """A line of ``user_requests.json``."""
+
+    id: str | int | bool
+    user_request: str
+
+
+class Node(RawRecord):
+    """A sample's task node: the called tool and, where published, its arguments."""
+
+    task: Name = Field(description="the called tool's name")
+    arguments: Any = None
+
+
+class Link(RawRecord):
+    """A sample's task link: two task names, or (in a few samples) two node positions."""
+
+    source: Any
+    target: Any
+
+
+class Sample(RawRecord):
+    """A line of ``data.json``."""
+
+    id: str | int
+    task_nodes: list[Node] = Field(description="a list of {task}")
+    task_links: list[Link] = Field(default=[], description="a list of {source, target}")
+    n_tools: Any = None
+    user_request: Any = None
+    instruction: Any = None
+
+
 # ----------------------------------------------------------------------------- locating
 
 
@@ -261,8 +311,7 @@ def _read_tool_desc(path: Path, report: Report) -> Catalogue:
         raise DatasetFormatError("expected an object with a 'nodes' list of tools", str(path), 1)
     catalogue = Catalogue()
     for k, node in enumerate(nodes):
-        if not isinstance(node, Mapping) or not isinstance(node.get("id"), str) or not node["id"]:
-            report.malformed(f"nodes[{k}] must be an object with a string 'id'", path, None)
+        if parse(ToolNode, node, report, path, None, at=f"nodes[{k}]") is None:
             continue
         if node["id"] in catalogue:
             report.malformed(f"nodes[{k}]: duplicate tool id {node['id']!r}", path, None)
@@ -282,15 +331,11 @@ def _read_graph(
     if not isinstance(links, list):
         raise DatasetFormatError("expected an object with a 'links' list", str(path), 1)
     pairs: dict[tuple[str, str], None] = {}
-    for k, link in enumerate(links):
-        if (
-            not isinstance(link, Mapping)
-            or not isinstance(link.get("source"), str)
-            or not isinstance(link.get("target"), str)
-        ):
-            report.malformed(f"links[{k}] must have string 'source' and 'target'", path, None)
+    for k, record in enumerate(links):
+        link = parse(GraphLink, record, report, path, None, at=f"links[{k}]")
+        if link is None:
             continue
-        s, t = link["source"], link["target"]
+        s, t = link.source, link.target
         bad = [x for x in (s, t) if x not in catalogue]
         if bad:
             report.repaired(
@@ -309,16 +354,12 @@ def _read_user_requests(path: Path, report: Report) -> dict[str, list[str]]:
     if not path.is_file():
         return out
     for line, record in iter_jsonl(path, report):
-        if (
-            not isinstance(record, Mapping)
-            or not isinstance(record.get("id"), str | int)
-            or not isinstance(record.get("user_request"), str)
-        ):
-            report.malformed('expected {"id", "user_request"}', path, line)
+        request = parse(UserRequest, record, report, path, line)
+        if request is None:
             continue
-        texts = out.setdefault(str(record["id"]), [])
-        if record["user_request"] not in texts:
-            texts.append(record["user_request"])
+        texts = out.setdefault(str(request.id), [])
+        if request.user_request not in texts:
+            texts.append(request.user_request)
     return out
 
 
@@ -336,32 +377,13 @@ def _add_sample(
     out: Collector,
 ) -> None:
     """Check, repair and add one data.json sample (or report why not)."""
-    if not isinstance(record, Mapping):
-        report.malformed(f"expected a JSON object, got {type(record).__name__}", path, line)
+    sample = parse(Sample, record, report, path, line)
+    if sample is None:
         return
-    raw_id = record.get("id")
-    if not isinstance(raw_id, str | int) or isinstance(raw_id, bool):
-        report.malformed("missing field 'id' (a string)", path, line)
-        return
-    sample_id = str(raw_id)
-    nodes = record.get("task_nodes")
-    if not isinstance(nodes, list):
-        report.malformed("missing field 'task_nodes' (a list)", path, line)
-        return
-    calls: list[str] = []
-    for k, node in enumerate(nodes):
-        task = node.get("task") if isinstance(node, Mapping) else None
-        if not isinstance(task, str) or not task:
-            report.malformed(f"task_nodes[{k}] must be an object with a 'task' name", path, line)
-            return
-        calls.append(task)
-    links = record.get("task_links", [])
-    if not isinstance(links, list) or not all(
-        isinstance(x, Mapping) and "source" in x and "target" in x for x in links
-    ):
-        report.malformed("field 'task_links' must be a list of {source, target}", path, line)
-        return
-    query = _query_of(record, sample_id, requests, report, path, line)
+    sample_id = str(sample.id)
+    nodes, links = sample.task_nodes, sample.task_links
+    calls = [node.task for node in nodes]
+    query = _query_of(sample, requests, report, path, line)
     if query is None:
         return
     if not calls:
@@ -369,36 +391,30 @@ def _add_sample(
         return
     if not resolve_unknown(calls, catalogue, policy, report, path, line, "tool_desc.json"):
         return
-    n_tools = record.get("n_tools")
+    n_tools = sample.n_tools
     if isinstance(n_tools, int) and n_tools != len(calls):
         report.kept(
             f"n_tools is {n_tools} but there are {len(calls)} task nodes; used the task nodes",
             path,
             line,
         )
-    edges = _resolve_links(links, calls, report, path, line)
-    try:
-        plan = order_plan(calls, edges)
-    except PlanCycleError as exc:
-        report.skipped(f"task_links: {exc}", path, line)
-        return
-    arguments = _node_arguments(nodes, calls, catalogue, report, path, line, plan.order)
-    demo = make_demo(
-        report,
+    add_plan(
+        out,
         path,
         line,
         query,
-        plan.calls,
-        plan.edges,
+        calls,
+        _resolve_links(links, calls, report, path, line),
         sample_id,
-        arguments,
+        cycle="task_links",
+        arguments=lambda plan_order: _node_arguments(
+            nodes, calls, catalogue, report, path, line, plan_order
+        ),
     )
-    if demo is not None:
-        out.add(demo, path, line)
 
 
 def _node_arguments(
-    nodes: Sequence[Mapping[str, Any]],
+    nodes: Sequence[Node],
     calls: Sequence[str],
     catalogue: Catalogue,
     report: Report,
@@ -407,7 +423,7 @@ def _node_arguments(
     order: Sequence[int],
 ) -> list[CallArguments] | None:
     """The nodes' published arguments by name (in the plan's `order`), or None."""
-    raw = [node.get("arguments") for node in nodes]
+    raw = [node.arguments for node in nodes]
     if all(a is None for a in raw):
         return None
     values: list[Any] = []
@@ -433,13 +449,13 @@ def _node_arguments(
 
 
 def _query_of(
-    record: Mapping[str, Any],
-    sample_id: str,
+    sample: Sample,
     requests: Mapping[str, Sequence[str]],
     report: Report,
     path: Path,
     line: int,
 ) -> str | None:
+    sample_id = str(sample.id)
     texts = requests.get(sample_id)
     if texts:
         if len(texts) > 1:
@@ -450,8 +466,7 @@ def _query_of(
                 line,
             )
         return texts[0]
-    for key in ("user_request", "instruction"):
-        value = record.get(key)
+    for value in (sample.user_request, sample.instruction):
         if isinstance(value, str) and value.strip():
             return value
     report.malformed(
@@ -464,7 +479,7 @@ def _query_of(
 
 
 def _resolve_links(
-    links: Sequence[Mapping[str, Any]],
+    links: Sequence[Link],
     calls: Sequence[str],
     report: Report,
     path: Path,
@@ -480,7 +495,7 @@ def _resolve_links(
     for link in links:
         ends: list[list[int]] = []
         for role in ("source", "target"):
-            ref = link[role]
+            ref = getattr(link, role)
             if isinstance(ref, int) and not isinstance(ref, bool):
                 by_index.append(f"{role} {ref}")
                 if not 0 <= ref < len(calls):
@@ -508,8 +523,7 @@ def _resolve_links(
         pair = _nearest_pair(ends[0], ends[1])
         if pair is None:
             report.repaired(
-                f"link {link['source']!r} -> {link['target']!r} joins a node to itself; "
-                "dropped the link",
+                f"link {link.source!r} -> {link.target!r} joins a node to itself; dropped the link",
                 path,
                 line,
             )
