@@ -3,7 +3,7 @@
 No chat model is involved: at every step the "model" calls the next planned tool (teacher
 forcing), so the figures describe the binding itself. For each plan, the runtime selects and
 binds the tools of every model call (one per planned call, then the final answer), exactly as
-an agent would with the same `SelectionPolicy` and `BindingPolicy`. This is how the ``hard``
+an agent would with the same `SelectionPolicy`. This is how the ``hard``
 and ``cache="append"`` bindings are compared: bound-schema tokens against prefix reuse (the
 share of model calls whose tools array starts with the previous call's, what provider prompt
 caches need) against bound-tool recall (the share of plan steps where a tool the plan allows
