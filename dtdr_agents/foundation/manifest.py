@@ -146,4 +146,3 @@ def _check_specs(
                 f"{apath}: array {name!r} is {array.dtype.str} {list(array.shape)}, but {mpath} "
                 f"records {spec!r}"
             )
-
