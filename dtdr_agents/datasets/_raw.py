@@ -108,20 +108,22 @@ def parse(
     path: Path | str,
     line: int | None,
     at: str = "",
+    prefix: str = "",
 ) -> M | None:
     """`record` as a `model`, or None after reporting it as malformed (raise or skip).
 
-    `at` names the record inside a whole-document file (``nodes[3]``), where there is no line.
+    `at` names the record inside its file or sample (``nodes[3]``), before the field's path;
+    `prefix` starts the message (``"sample 'a1': "``).
     """
     if not isinstance(record, Mapping):
         where = f"{at}: " if at else ""
-        report.malformed(f"{where}expected a JSON object, got {type(record).__name__}", path, line)
+        got = type(record).__name__
+        report.malformed(f"{prefix}{where}expected a JSON object, got {got}", path, line)
         return None
     try:
         return model.model_validate(record)
     except ValidationError as exc:
-        prefix = ""
-        if model.named_by is not None:
+        if model.named_by is not None and not prefix:
             kind, key = model.named_by
             value = record.get(key)
             if isinstance(value, str) and value:

@@ -36,6 +36,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from dtdr_agents.datasets._io import (
     Catalogue,
     Collector,
@@ -54,6 +56,7 @@ from dtdr_agents.datasets._io import (
 from dtdr_agents.datasets._json import (
     iter_json_object,
 )
+from dtdr_agents.datasets._raw import Name, RawRecord, parse
 from dtdr_agents.datasets.base import Dataset
 from dtdr_agents.datasets.plans import PlanCycleError, order_plan
 from dtdr_agents.foundation.types import Tool
@@ -67,6 +70,28 @@ _SPLIT_ALIASES = {"training": "train", "testing": "test"}
 _STEP_ID = re.compile(r"\$\{?(\d+)\}?")
 _PLAN_LINE = re.compile(r"^\s*(\d+)\. (\w+)\(", re.MULTILINE)
 _TOOL_LINE = re.compile(r"^\d+\. (\w+)\((.*)\) -> (.+)$")
+
+
+class Step(RawRecord):
+    """One parsed plan step: the tool and its arguments."""
+
+    tool_name: Name = Field(description="the called tool's name")
+    tool_args: Any = Field(default_factory=list)
+
+
+class PlanEntry(RawRecord):
+    """The ``output`` entry of type ``plan``: the model's prompt, raw plan and parsed steps."""
+
+    parsed_output: list[Step] = Field(description="the plan's steps, a list")
+    raw_output: Any = None
+    raw_input: Any = None
+
+
+class Sample(RawRecord):
+    """One sample (a value of the top-level object; its key is the sample id)."""
+
+    input: Any = None
+    output: list[Any] = Field(description="a list of {type, ...} entries")
 
 
 def load_tinyagent(
@@ -180,34 +205,27 @@ def _parse_sample(
     key: str, value: Any, path: Path, line: int, report: Report
 ) -> tuple[Any, list[str], list[tuple[int, int]], Any] | None:
     """(query, calls, edges, raw_input) of one sample, or None (reported)."""
-    if not isinstance(value, Mapping):
-        report.malformed(f"sample {key!r}: expected a JSON object", path, line)
+    label = f"sample {key!r}: "
+    sample = parse(Sample, value, report, path, line, prefix=label)
+    if sample is None:
         return None
-    output = value.get("output")
-    if not isinstance(output, list):
-        report.malformed(f"sample {key!r}: missing field 'output' (a list)", path, line)
-        return None
-    plans = [o for o in output if isinstance(o, Mapping) and o.get("type") == "plan"]
+    plans = [
+        (k, o)
+        for k, o in enumerate(sample.output)
+        if isinstance(o, Mapping) and o.get("type") == "plan"
+    ]
     if not plans:
         report.skipped(f"sample {key!r} has no 'plan' entry in 'output'", path, line)
         return None
     if len(plans) > 1:
         report.kept(f"sample {key!r} has {len(plans)} 'plan' entries; used the first", path, line)
-    point = plans[0]
-    steps = point.get("parsed_output")
-    if not isinstance(steps, list):
-        report.malformed(f"sample {key!r}: the plan's 'parsed_output' must be a list", path, line)
+    at, raw_plan = plans[0]
+    point = parse(PlanEntry, raw_plan, report, path, line, at=f"output[{at}]", prefix=label)
+    if point is None:
         return None
-    names: list[str] = []
-    args: list[Any] = []
-    for k, step in enumerate(steps):
-        name = step.get("tool_name") if isinstance(step, Mapping) else None
-        if not isinstance(name, str) or not name:
-            report.malformed(f"sample {key!r}: parsed_output[{k}] needs a 'tool_name'", path, line)
-            return None
-        names.append(name)
-        args.append(step.get("tool_args", []))
-    ids = _step_ids(point.get("raw_output"), names, key, report, path, line)
+    names = [step.tool_name for step in point.parsed_output]
+    args = [step.tool_args for step in point.parsed_output]
+    ids = _step_ids(point.raw_output, names, key, report, path, line)
     if JOIN in names:
         end = names.index(JOIN)
         if end < len(names) - 1:
@@ -224,7 +242,7 @@ def _parse_sample(
     for j in range(end):
         used = {int(m) for m in _STEP_ID.findall(json.dumps(args[j], ensure_ascii=False))}
         edges.extend((i, j) for i in range(j) if ids[i] in used and ids[i] < ids[j])
-    return value.get("input"), names[:end], edges, point.get("raw_input")
+    return sample.input, names[:end], edges, point.raw_input
 
 
 def _step_ids(
