@@ -24,7 +24,7 @@ from dtdr_agents.runtime import (
     resolve_policy,
 )
 from dtdr_agents.runtime.guard import Reply, check_unbound, refusal
-from langchain_dtdr import DTDRMiddleware
+from langchain_dtdr import DTDRMiddleware, DTDRRetriever
 from langchain_dtdr.testing import DemoSetup, ScriptedChatModel, call_tool, demo_setup
 from langchain_dtdr.testing import langchain_tools as lc_tools
 from langgraph_dtdr import create_dtdr_agent
@@ -107,6 +107,11 @@ def test_every_stack_passes_the_policy_through_unchanged(
     record = state["tool_selections"][0]
     assert (record["k"], record["cache"]["mode"]) == (2, "append")
     assert DTDRMiddleware(demo.retriever, policy=policy).policy is policy
+    docs = DTDRRetriever(retriever=demo.retriever, policy=policy)
+    assert docs.policy is policy
+    assert [d.id for d in docs.invoke(demo.test[0].query)] == list(
+        select(demo.retriever.rank(demo.test[0].query, ()), policy).names
+    )
     llama = DTDRObjectRetriever(llama_tools(demo.tools), demo.retriever, policy=policy)
     assert llama.selector.policy is policy
     assert ProxyConfig(policy=policy).policy is policy

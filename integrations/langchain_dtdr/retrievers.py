@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from langchain_core.callbacks import (
 )
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, InstanceOf, field_validator
 
 from dtdr_agents.foundation.encoders import Encoder
 from dtdr_agents.foundation.selection import SelectionPolicy, select
@@ -64,6 +65,10 @@ class DTDRRetriever(BaseRetriever):
         threshold: Only return tools whose probability is above this (None: top `k` only).
         include_end: Also rank the end-of-plan token as a document.
         ignore_unknown: Drop history names that are not in the catalogue instead of raising.
+        policy: A `SelectionPolicy` for the result, used as given (an ``invoke(k=...)``
+            replaces its `k`); when set, `k`, `threshold` and `include_end` are not used.
+            Default: the top `k` above `threshold`, zero-probability tools included, no
+            out-of-distribution fallback cut.
     """
 
     retriever: ToolRetriever = Field(repr=False)
@@ -71,6 +76,7 @@ class DTDRRetriever(BaseRetriever):
     threshold: float | None = None
     include_end: bool = False
     ignore_unknown: bool = False
+    policy: InstanceOf[SelectionPolicy] | None = None
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -158,19 +164,23 @@ class DTDRRetriever(BaseRetriever):
         """The core ranking (every tool and end-of-plan, with probabilities)."""
         return self.retriever.rank(query, as_history(history), ignore_unknown=self.ignore_unknown)
 
-    def _documents(
-        self, query: str, k: int | None, history: Sequence[str] | str | None
-    ) -> list[Document]:
-        n = self.k if k is None else _check_k(k)
-        ranking = self.rank(query, history)
-        policy = SelectionPolicy(
-            k=n,
+    def _policy(self, k: int | None) -> SelectionPolicy:
+        """The policy of a result: `policy` (with `k` if given), or one from the fields."""
+        if self.policy is not None:
+            return self.policy if k is None else dataclasses.replace(self.policy, k=k)
+        return SelectionPolicy(
+            k=self.k if k is None else k,
             threshold=self.threshold,
             include_end=self.include_end,
             respect_fallback=False,
             include_zero=True,
         )
-        selection = select(ranking, policy)
+
+    def _documents(
+        self, query: str, k: int | None, history: Sequence[str] | str | None
+    ) -> list[Document]:
+        ranking = self.rank(query, history)
+        selection = select(ranking, self._policy(None if k is None else _check_k(k)))
         tools = self.retriever.tools_
         method = str(ranking.explanation.get("method", type(self.retriever).__name__))
         docs = []
