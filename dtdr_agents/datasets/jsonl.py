@@ -23,9 +23,10 @@ says so. A call to a tool missing from a given tools file is malformed by defaul
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from dtdr_agents.datasets._io import (
     Catalogue,
@@ -42,6 +43,7 @@ from dtdr_agents.datasets._io import (
 from dtdr_agents.datasets._json import (
     iter_jsonl,
 )
+from dtdr_agents.datasets._raw import Name, RawRecord, parse
 from dtdr_agents.datasets.base import Dataset, Problem
 from dtdr_agents.datasets.plans import order_plan
 from dtdr_agents.foundation.errors import DatasetFormatError, InvalidDemonstrationError
@@ -155,50 +157,30 @@ def _unknown_calls(calls: list[str], catalogue: Catalogue) -> str:
     return f"{shown} {'is' if len(missing) == 1 else 'are'}"
 
 
+class CallName(RawRecord):
+    """A call given as an object: its ``name`` (other keys, such as arguments, are ignored)."""
+
+    name: Name = Field(description="the called tool's name")
+
+
+class Line(RawRecord):
+    """One line of a demonstrations file (what `Demonstration.to_dict` writes)."""
+
+    query: Any = Field(description="the request")
+    calls: list[Name | CallName] = Field(description="tool names or {name} objects")
+    edges: list[Annotated[list[int], Field(min_length=2, max_length=2)]] | None = Field(
+        default=None, description="[i, j] integer pairs"
+    )
+    id: str | int | bool | None = None
+
+
 def _parse_record(
     record: Any, report: Report, path: Path, line: int
 ) -> tuple[Any, list[str], list[tuple[int, int]] | None, str | None] | None:
     """Check one line's fields; a malformed line is reported and gives None."""
-    if not isinstance(record, Mapping):
-        report.malformed(f"expected a JSON object, got {type(record).__name__}", path, line)
+    parsed = parse(Line, record, report, path, line)
+    if parsed is None:
         return None
-    if "query" not in record:
-        report.malformed("missing field 'query'", path, line)
-        return None
-    raw_calls = record.get("calls")
-    if not isinstance(raw_calls, list):
-        report.malformed("field 'calls' must be a list of tool names", path, line)
-        return None
-    calls: list[str] = []
-    for k, call in enumerate(raw_calls):
-        if isinstance(call, Mapping):
-            call = call.get("name")
-        if not isinstance(call, str) or not call:
-            report.malformed(
-                f"calls[{k}] must be a tool name or an object with a 'name'", path, line
-            )
-            return None
-        calls.append(call)
-    raw_edges = record.get("edges")
-    edges: list[tuple[int, int]] | None = None
-    if raw_edges is not None:
-        if not isinstance(raw_edges, list):
-            report.malformed("field 'edges' must be a list of [i, j] pairs", path, line)
-            return None
-        edges = []
-        for e in raw_edges:
-            if (
-                not isinstance(e, list | tuple)
-                or len(e) != 2
-                or not all(isinstance(x, int) and not isinstance(x, bool) for x in e)
-            ):
-                report.malformed(
-                    f"field 'edges' must hold [i, j] integer pairs, got {e!r}", path, line
-                )
-                return None
-            edges.append((e[0], e[1]))
-    raw_id = record.get("id")
-    if raw_id is not None and not isinstance(raw_id, str | int):
-        report.malformed("field 'id' must be a string or a number", path, line)
-        return None
-    return record["query"], calls, edges, None if raw_id is None else str(raw_id)
+    calls = [c if isinstance(c, str) else c.name for c in parsed.calls]
+    edges = None if parsed.edges is None else [(i, j) for i, j in parsed.edges]
+    return parsed.query, calls, edges, None if parsed.id is None else str(parsed.id)
