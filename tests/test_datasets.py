@@ -15,7 +15,6 @@ from dtdr_agents.datasets import (
     Dataset,
     DatasetNotFoundError,
     PlanCycleError,
-    _io,
     _json,
     dataset_stats,
     format_stats,
@@ -245,8 +244,10 @@ def test_streaming_json_readers_survive_any_chunk_boundary(monkeypatch, chunk):
     expected_obj = json.loads((FIX / "tinyagent" / "training_data.json").read_text())
     expected_arr = json.loads((FIX / "nestful" / "non-executable-tiny-data.json").read_text())
     monkeypatch.setattr(_json, "_CHUNK", chunk)
-    obj = {k: v for k, _, v in _io.iter_json_object(FIX / "tinyagent" / "training_data.json")}
-    arr = [v for _, _, v in _io.iter_json_array(FIX / "nestful" / "non-executable-tiny-data.json")]
+    obj = {k: v for k, _, v in _json.iter_json_object(FIX / "tinyagent" / "training_data.json")}
+    arr = [
+        v for _, _, v in _json.iter_json_array(FIX / "nestful" / "non-executable-tiny-data.json")
+    ]
     assert obj == expected_obj
     assert arr == expected_arr
 
@@ -254,8 +255,8 @@ def test_streaming_json_readers_survive_any_chunk_boundary(monkeypatch, chunk):
 def test_streaming_reports_line_numbers(tmp_path):
     path = tmp_path / "a.json"
     path.write_text('[\n  {"a": 1},\n\n  {"a": 2.5}, 3\n]\n')
-    assert [(i, line) for i, line, _ in _io.iter_json_array(path)] == [(0, 2), (1, 4), (2, 4)]
-    assert [v for _, _, v in _io.iter_json_array(path)] == [{"a": 1}, {"a": 2.5}, 3]
+    assert [(i, line) for i, line, _ in _json.iter_json_array(path)] == [(0, 2), (1, 4), (2, 4)]
+    assert [v for _, _, v in _json.iter_json_array(path)] == [{"a": 1}, {"a": 2.5}, 3]
 
 
 @pytest.mark.parametrize(
@@ -266,7 +267,7 @@ def test_streaming_syntax_errors_name_the_line(tmp_path, text, line):
     path = tmp_path / "bad.json"
     path.write_text(text)
     with pytest.raises(DatasetFormatError) as info:
-        list(_io.iter_json_array(path))
+        list(_json.iter_json_array(path))
     assert info.value.line == line
 
 

@@ -18,17 +18,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from dtdr_agents.datasets._json import BEING_WRITTEN as BEING_WRITTEN
-from dtdr_agents.datasets._json import (
-    first_char,
-    iter_json_array,
-    iter_jsonl,
-    open_text,
-    utf8_error,
-)
-from dtdr_agents.datasets._json import iter_json_object as iter_json_object
-from dtdr_agents.datasets._json import iter_records as iter_records
-from dtdr_agents.datasets._json import read_json as read_json
+from dtdr_agents.datasets._json import BEING_WRITTEN as BEING_WRITTEN  # runtime.recording
+from dtdr_agents.datasets._json import first_char, iter_json_array, iter_jsonl, read_text
 from dtdr_agents.datasets.base import Problem
 from dtdr_agents.datasets.plans import PlanCycleError, order_plan
 from dtdr_agents.foundation.errors import (
@@ -425,12 +416,7 @@ def read_tools_file(path: Path, report: Report) -> Catalogue:
             add_tool(catalogue, report, item, path, line)
         return catalogue
     try:
-        with open_text(path) as fh:
-            text = fh.read()
-    except UnicodeDecodeError:
-        raise utf8_error(path) from None
-    try:
-        whole = json.loads(text)
+        whole = json.loads(read_text(path))
     except json.JSONDecodeError as exc:
         if exc.msg != "Extra data":
             raise DatasetFormatError(f"invalid JSON: {exc.msg}", str(path), exc.lineno) from None

@@ -58,13 +58,18 @@ def utf8_error(path: Path) -> DatasetFormatError:
     return DatasetFormatError("not UTF-8 text (save the file as UTF-8)", str(path))
 
 
-def read_json(path: Path) -> Any:
-    """Parse a whole (small) JSON document; syntax errors name the file and line."""
+def read_text(path: Path) -> str:
+    """The whole (small) file as text; a file that is not UTF-8 names its first bad line."""
     try:
         with open_text(path) as fh:
-            text = fh.read()
+            return fh.read()
     except UnicodeDecodeError:
         raise utf8_error(path) from None
+
+
+def read_json(path: Path) -> Any:
+    """Parse a whole (small) JSON document; syntax errors name the file and line."""
+    text = read_text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
