@@ -13,7 +13,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar, Unpack
 
 import numpy as np
 from cachetools import LRUCache
@@ -35,7 +35,7 @@ from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Ranking, To
 from dtdr_agents.recommend.default import recommend_from_ranking
 from dtdr_agents.recommend.record import Recommendation
 from dtdr_agents.retrievers.registry import register
-from dtdr_agents.retrievers.saving import load_retriever, save_retriever, saved_model
+from dtdr_agents.retrievers.saving import LoadOptions, load_retriever, save_retriever, saved_model
 from dtdr_agents.retrievers.scores import (
     PRIOR_TEMPERATURE,
     ExplainedRanking,
@@ -545,25 +545,9 @@ class ToolRetriever(ABC):
         return write_model(path, self.to_saved())
 
     @classmethod
-    def load(
-        cls,
-        path: str | Path,
-        *,
-        tools: Toolset | Iterable[Any] | None = None,
-        encoder: str | Encoder | None = None,
-        allow_catalogue_change: bool = False,
-        allow_encoder_change: bool = False,
-        params: Mapping[str, Any] | None = None,
-    ) -> ToolRetriever:
-        """Load a retriever saved with `save` (see `load_retriever`)."""
-        model = load_retriever(
-            path,
-            tools=tools,
-            encoder=encoder,
-            allow_catalogue_change=allow_catalogue_change,
-            allow_encoder_change=allow_encoder_change,
-            params=params,
-        )
+    def load(cls, path: str | Path, **options: Unpack[LoadOptions]) -> ToolRetriever:
+        """Load a retriever saved with `save` (options: see `load_retriever`)."""
+        model = load_retriever(path, **options)
         if not isinstance(model, cls):
             raise TypeError(f"{path} holds a {type(model).__name__}, not a {cls.__name__}")
         return model
@@ -576,6 +560,7 @@ __all__ = [
     "MEMO_SIZE",
     "PRIOR_TEMPERATURE",
     "ExplainedRanking",
+    "LoadOptions",
     "Scores",
     "ToolRetriever",
     "check_quantile",

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Unpack
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from dtdr_agents.foundation.errors import ChatModelError
 from dtdr_agents.foundation.types import Demonstration, Toolset
 from dtdr_agents.retrievers.base import PRIOR_TEMPERATURE, Scores
 from dtdr_agents.retrievers.bm25 import split_identifiers
+from dtdr_agents.retrievers.saving import LoadOptions
 from dtdr_agents.retrievers.similarity import SimilarityRetriever
 
 LIM_SYSTEM_PROMPT = (
@@ -130,9 +131,7 @@ class LessIsMoreRetriever(SimilarityRetriever):
         self.system_prompt = system_prompt
         self.user_prompt = user_prompt
         self.match = match
-        self.encoder = encoder
-        self.temperature = temperature
-        self.prior_weight = prior_weight
+        super().__init__(encoder=encoder, temperature=temperature, prior_weight=prior_weight)
 
     @classmethod
     def unavailable_reason(cls, **params: Any) -> str | None:
@@ -205,31 +204,24 @@ class LessIsMoreRetriever(SimilarityRetriever):
         path: str | Path,
         *,
         chat_model: ChatModel | None = None,
-        tools: Toolset | Iterable[Any] | None = None,
-        encoder: str | Encoder | None = None,
-        allow_catalogue_change: bool = False,
-        allow_encoder_change: bool = False,
-        params: Mapping[str, Any] | None = None,
+        **options: Unpack[LoadOptions],
     ) -> LessIsMoreRetriever:
         """Load a saved Less-is-More retriever; `chat_model` is required (it is not saved).
+
+        Other options: see `dtdr_agents.retrievers.saving.load_retriever`.
 
         Raises:
             ChatModelError: If `chat_model` is None.
         """
+        params = options.get("params")
         chat_model = chat_model or (params or {}).get("chat_model")
         if chat_model is None:
             raise ChatModelError(
                 "LessIsMoreRetriever.load needs chat_model=...: a chat model is not saved "
                 "with the retriever"
             )
-        model = super().load(
-            path,
-            tools=tools,
-            encoder=encoder,
-            allow_catalogue_change=allow_catalogue_change,
-            allow_encoder_change=allow_encoder_change,
-            params={**(params or {}), "chat_model": chat_model},
-        )
+        options["params"] = {**(params or {}), "chat_model": chat_model}
+        model = super().load(path, **options)
         assert isinstance(model, LessIsMoreRetriever)
         return model
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -40,6 +40,16 @@ from dtdr_agents.retrievers.registry import class_by_name
 
 if TYPE_CHECKING:
     from dtdr_agents.retrievers.base import ToolRetriever
+
+
+class LoadOptions(TypedDict, total=False):
+    """The keyword options of `load_retriever` (and of `ToolRetriever.load`)."""
+
+    tools: Toolset | Iterable[Any] | None
+    encoder: str | Encoder | None
+    allow_catalogue_change: bool
+    allow_encoder_change: bool
+    params: Mapping[str, Any] | None
 
 
 def saved_model(retriever: ToolRetriever) -> SavedModel:
@@ -245,4 +255,4 @@ def _restore_encoder(
     return resolved
 
 
-__all__ = ["load_retriever", "save_retriever", "saved_model"]
+__all__ = ["LoadOptions", "load_retriever", "save_retriever", "saved_model"]

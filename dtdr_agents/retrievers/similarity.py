@@ -72,6 +72,18 @@ class SimilarityRetriever(ToolRetriever):
     encoder: str | Encoder | None
     temperature: float | None
 
+    def __init__(
+        self,
+        *,
+        encoder: str | Encoder | None = "default",
+        temperature: float | None = PRIOR_TEMPERATURE,
+        prior_weight: float = 0.1,
+    ) -> None:
+        """The parameters every similarity retriever has (QTS has no others)."""
+        self.encoder = encoder
+        self.temperature = temperature
+        self.prior_weight = prior_weight
+
     def _check_params(self) -> None:
         super()._check_params()
         check_number(self.temperature, "temperature", low=0.0, low_open=True, optional=True)
@@ -125,17 +137,6 @@ class QTSRetriever(SimilarityRetriever):
 
     retriever_id: ClassVar[str] = "qts"
     bench_default: ClassVar[bool] = True
-
-    def __init__(
-        self,
-        *,
-        encoder: str | Encoder | None = "default",
-        temperature: float | None = PRIOR_TEMPERATURE,
-        prior_weight: float = 0.1,
-    ) -> None:
-        self.encoder = encoder
-        self.temperature = temperature
-        self.prior_weight = prior_weight
 
     def _fit(self, demos: list[Demonstration], tools: Toolset) -> None:
         """Nothing to learn beyond the tool embeddings `fit` computes."""

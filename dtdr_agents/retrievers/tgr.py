@@ -122,9 +122,7 @@ class ToolGraphRetriever(SimilarityRetriever):
         self.graph = graph
         self.graph_source = graph_source
         self.direction = direction
-        self.encoder = encoder
-        self.temperature = temperature
-        self.prior_weight = prior_weight
+        super().__init__(encoder=encoder, temperature=temperature, prior_weight=prior_weight)
 
     def _graph_pairs(self, demos: list[Demonstration], tools: Toolset) -> list[tuple[str, str]]:
         if self.graph is None:
