@@ -39,7 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from dtdr_agents.datasets._io import DatasetNotFoundError, UnknownTools
+from dtdr_agents.datasets._io import DatasetNotFoundError, LoadOptions, UnknownTools
 from dtdr_agents.datasets.base import Dataset, Problem
 from dtdr_agents.datasets.jsonl import load_jsonl
 from dtdr_agents.datasets.nestful import load_nestful
@@ -88,7 +88,10 @@ def _normalise_id(dataset_id: str) -> str:
 
 def _call(loader: Callable[..., Dataset], dataset_id: str, **kwargs: Any) -> Dataset:
     """Call `loader`, rejecting options it does not take with a clear message."""
-    accepted = inspect.signature(loader).parameters
+    params = inspect.signature(loader).parameters.values()
+    accepted = {p.name for p in params if p.kind is not p.VAR_KEYWORD}
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        accepted |= set(LoadOptions.__annotations__)  # the common **options
     unknown = sorted(k for k in kwargs if k not in accepted)
     if unknown:
         allowed = sorted(k for k in accepted if k != "path")
@@ -225,6 +228,7 @@ __all__ = [
     "DATASET_IDS",
     "Dataset",
     "DatasetNotFoundError",
+    "LoadOptions",
     "OrderedPlan",
     "PlanCycleError",
     "PlanOrder",

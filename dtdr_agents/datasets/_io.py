@@ -16,7 +16,7 @@ import dataclasses
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypedDict, cast
 
 from dtdr_agents.datasets._json import BEING_WRITTEN as BEING_WRITTEN  # runtime.recording
 from dtdr_agents.datasets._json import first_char, iter_json_array, iter_jsonl, read_text
@@ -62,6 +62,46 @@ def check_limit(limit: int | None) -> int | None:
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit must be None or a non-negative integer, got {limit!r}")
     return limit
+
+
+class LoadOptions(TypedDict, total=False):
+    """The options every loader takes (``**options``); see `dtdr_agents.datasets`."""
+
+    unknown_tools: UnknownTools
+    """Calls to tools missing from the catalogue: ``"skip"``, ``"add"`` or ``"error"``."""
+    skip_bad: bool
+    """Skip malformed records (recording a `Problem`) instead of raising."""
+    limit: int | None
+    """Keep at most this many demonstrations."""
+    keep_duplicates: bool
+    """Keep exact duplicate samples instead of skipping them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Load:
+    """One load call's options, checked: the unknown-tools policy and the problem report."""
+
+    policy: UnknownTools
+    report: Report
+    limit: int | None
+    keep_duplicates: bool
+
+    def collector(self) -> Collector:
+        """The collector of this call's demonstrations (checks ``limit``)."""
+        return Collector(self.report, limit=self.limit, keep_duplicates=self.keep_duplicates)
+
+
+def start_load(loader: str, options: LoadOptions, unknown_tools: UnknownTools = "skip") -> Load:
+    """Check a loader's `options` (an unknown one is a TypeError, as for any keyword)."""
+    for key in options:
+        if key not in LoadOptions.__annotations__:
+            raise TypeError(f"{loader}() got an unexpected keyword argument {key!r}")
+    return Load(
+        policy=check_unknown_tools(options.get("unknown_tools", unknown_tools)),
+        report=Report(options.get("skip_bad", False)),
+        limit=options.get("limit"),
+        keep_duplicates=options.get("keep_duplicates", False),
+    )
 
 
 class Report:

@@ -24,20 +24,19 @@ says so. A call to a tool missing from a given tools file is malformed by defaul
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Unpack
 
 from pydantic import Field
 
 from dtdr_agents.datasets._io import (
     Catalogue,
-    Collector,
+    LoadOptions,
     Report,
-    UnknownTools,
-    check_unknown_tools,
     make_demo,
     read_tools_file,
     require_file,
     resolve_unknown,
+    start_load,
     where,
 )
 from dtdr_agents.datasets._json import (
@@ -54,10 +53,7 @@ def load_jsonl(
     tools_path: str | Path | None = None,
     *,
     name: str = "jsonl",
-    unknown_tools: UnknownTools = "error",
-    skip_bad: bool = False,
-    limit: int | None = None,
-    keep_duplicates: bool = False,
+    **options: Unpack[LoadOptions],
 ) -> Dataset:
     """Load demonstrations from a JSON-lines file (and tools from a tools file).
 
@@ -65,11 +61,9 @@ def load_jsonl(
         path: The demonstrations file (``.jsonl``).
         tools_path: The tools file; None builds the catalogue from the call names.
         name: The dataset name to report.
-        unknown_tools: What to do with calls to tools missing from `tools_path`
+        **options: ``skip_bad``, ``limit``, ``keep_duplicates`` (see `dtdr_agents.datasets`) and
+            ``unknown_tools``: What to do with calls to tools missing from `tools_path`
             (``"error"``: malformed line; ``"skip"``; ``"add"``). Ignored without a tools file.
-        skip_bad: Skip malformed lines (recording a `Problem`) instead of raising.
-        limit: Keep at most this many demonstrations.
-        keep_duplicates: Keep exact duplicate lines instead of skipping them.
 
     Returns:
         The dataset, demonstrations in file order.
@@ -80,15 +74,16 @@ def load_jsonl(
         DatasetNotFoundError: A file is missing.
     """
     path = require_file(Path(path), "demonstrations file")
-    policy = check_unknown_tools(unknown_tools)
-    report = Report(skip_bad)
+    load = start_load("load_jsonl", options, unknown_tools="error")
+    policy = load.policy
+    report = load.report
     if tools_path is not None:
         catalogue = read_tools_file(Path(tools_path), report)
         from_names = False
     else:
         catalogue = Catalogue()
         from_names = True
-    out = Collector(report, limit=limit, keep_duplicates=keep_duplicates)
+    out = load.collector()
     records = 0
     problems_before = len(report.problems)
     for line, record in iter_jsonl(path, report):

@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from pydantic import Field
 
@@ -41,16 +41,17 @@ from dtdr_agents.datasets._io import (
     Catalogue,
     Collector,
     DatasetNotFoundError,
+    LoadOptions,
     Report,
     UnknownTools,
     add_plan,
     add_tool,
     call_arguments,
-    check_unknown_tools,
     object_schema,
     require_exists,
     require_file,
     resolve_unknown,
+    start_load,
     text_of,
 )
 from dtdr_agents.datasets._json import iter_records
@@ -102,10 +103,7 @@ def load_nestful(
     split: str | None = None,
     spec_path: str | Path | None = None,
     order: PlanOrder = "dependencies",
-    unknown_tools: UnknownTools = "skip",
-    skip_bad: bool = False,
-    limit: int | None = None,
-    keep_duplicates: bool = False,
+    **options: Unpack[LoadOptions],
 ) -> Dataset:
     """Load NESTFUL samples and tool specs.
 
@@ -116,11 +114,9 @@ def load_nestful(
             loads every data file there.
         spec_path: The spec file, when it is not next to the data file.
         order: ``"dependencies"`` (edges from ``$varN$`` references) or ``"recorded"``.
-        unknown_tools: Calls to tools missing from the spec: ``"skip"`` the sample (default),
-            ``"add"`` placeholder tools, or ``"error"``.
-        skip_bad: Skip malformed samples (recording a `Problem`) instead of raising.
-        limit: Keep at most this many demonstrations.
-        keep_duplicates: Keep exact duplicate samples instead of skipping them.
+        **options: ``skip_bad``, ``limit``, ``keep_duplicates`` (see `dtdr_agents.datasets`) and
+            ``unknown_tools``: Calls to tools missing from the spec: ``"skip"`` the sample
+            (default), ``"add"`` placeholder tools, or ``"error"``.
 
     Returns:
         The dataset (name ``"nestful"``); sample ids are ``<split>-<index>``.
@@ -131,14 +127,15 @@ def load_nestful(
     """
     if order not in ("dependencies", "recorded"):
         raise ValueError(f"order must be 'dependencies' or 'recorded', got {order!r}")
-    policy = check_unknown_tools(unknown_tools)
+    load = start_load("load_nestful", options)
+    policy = load.policy
     pairs = _data_and_specs(path, split, spec_path)
-    report = Report(skip_bad)
+    report = load.report
     catalogue = Catalogue()
     raw_specs: dict[str, Any] = {}
     for _, spec in pairs:
         _read_spec(spec, catalogue, report, raw_specs)
-    out = Collector(report, limit=limit, keep_duplicates=keep_duplicates)
+    out = load.collector()
     for data_path, _ in pairs:
         prefix = _short_name(data_path)
         for index, line, record in iter_records(data_path, report):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, Unpack
 
 from pydantic import Field
 
@@ -30,14 +30,15 @@ from dtdr_agents.datasets._io import (
     Catalogue,
     Collector,
     DatasetNotFoundError,
+    LoadOptions,
     Report,
     UnknownTools,
     add_tool,
-    check_unknown_tools,
     make_demo,
     require_exists,
     require_file,
     resolve_unknown,
+    start_load,
 )
 from dtdr_agents.datasets._json import (
     iter_json_object,
@@ -74,10 +75,7 @@ class VariantLoader(Protocol):
         path: str | Path,
         *,
         tools_path: str | Path | None = None,
-        unknown_tools: UnknownTools = "skip",
-        skip_bad: bool = False,
-        limit: int | None = None,
-        keep_duplicates: bool = False,
+        **options: Unpack[LoadOptions],
     ) -> Dataset:
         """Load the variant's queries file (see `load_ptr`)."""
         ...
@@ -87,23 +85,9 @@ def _variant_loader(variant: PtrVariant, summary: str, path_doc: str) -> Variant
     """`load_ptr` for one `variant`, with its own docstring (`load_rectools`, `load_metatool`)."""
 
     def load(
-        path: str | Path,
-        *,
-        tools_path: str | Path | None = None,
-        unknown_tools: UnknownTools = "skip",
-        skip_bad: bool = False,
-        limit: int | None = None,
-        keep_duplicates: bool = False,
+        path: str | Path, *, tools_path: str | Path | None = None, **options: Unpack[LoadOptions]
     ) -> Dataset:
-        return load_ptr(
-            path,
-            variant=variant,
-            tools_path=tools_path,
-            unknown_tools=unknown_tools,
-            skip_bad=skip_bad,
-            limit=limit,
-            keep_duplicates=keep_duplicates,
-        )
+        return load_ptr(path, variant=variant, tools_path=tools_path, **options)
 
     load.__name__ = load.__qualname__ = f"load_{variant}"
     load.__doc__ = f"""{summary}
@@ -111,11 +95,9 @@ def _variant_loader(variant: PtrVariant, summary: str, path_doc: str) -> Variant
     Args:
         path: {path_doc}
         tools_path: The descriptions file, if not the one next to the queries.
-        unknown_tools: Tools missing from the descriptions: ``"skip"`` the sample (default),
-            ``"add"`` placeholders, or ``"error"``.
-        skip_bad: Skip malformed samples (recording a `Problem`) instead of raising.
-        limit: Keep at most this many demonstrations.
-        keep_duplicates: Keep exact duplicate samples instead of skipping them.
+        **options: ``skip_bad``, ``limit``, ``keep_duplicates`` (see `dtdr_agents.datasets`) and
+            ``unknown_tools``: tools missing from the descriptions: ``"skip"`` the sample
+            (default), ``"add"`` placeholders, or ``"error"``.
 
     Returns:
         A set-valued dataset (name ``"{variant}"``).
@@ -141,10 +123,7 @@ def load_ptr(
     *,
     variant: PtrVariant | None = None,
     tools_path: str | Path | None = None,
-    unknown_tools: UnknownTools = "skip",
-    skip_bad: bool = False,
-    limit: int | None = None,
-    keep_duplicates: bool = False,
+    **options: Unpack[LoadOptions],
 ) -> Dataset:
     """Load a query -> tool-set file in the PTR format.
 
@@ -156,11 +135,9 @@ def load_ptr(
         tools_path: The ``name -> description`` file; by default ``<Name>_tool.json`` next to
             ``<Name>_QT.json`` (``big_tool_des.json`` next to
             ``multi_tool_query_golden.json``).
-        unknown_tools: Tools missing from the descriptions: ``"skip"`` (default), ``"add"``,
-            ``"error"``.
-        skip_bad: Skip malformed samples (recording a `Problem`) instead of raising.
-        limit: Keep at most this many demonstrations.
-        keep_duplicates: Keep exact duplicate samples instead of skipping them.
+        **options: ``skip_bad``, ``limit``, ``keep_duplicates`` (see `dtdr_agents.datasets`) and
+            ``unknown_tools``: Tools missing from the descriptions: ``"skip"`` (default),
+            ``"add"``, ``"error"``.
 
     Returns:
         A set-valued dataset.
@@ -169,11 +146,12 @@ def load_ptr(
         DatasetNotFoundError: The queries or descriptions file is missing (named).
         DatasetFormatError: A malformed sample, with ``skip_bad=False``.
     """
-    policy = check_unknown_tools(unknown_tools)
+    load = start_load("load_ptr", options)
+    policy = load.policy
     queries, tools_file, name = _locate(path, variant, tools_path)
-    report = Report(skip_bad)
+    report = load.report
     catalogue = _read_descriptions(tools_file, report)
-    out = Collector(report, limit=limit, keep_duplicates=keep_duplicates)
+    out = load.collector()
     stem = queries.stem.removesuffix("_QT")
     for index, line, record in iter_records(queries, report):
         if out.full:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Unpack
 
 from pydantic import Field
 
@@ -36,16 +36,17 @@ from dtdr_agents.datasets._io import (
     Catalogue,
     Collector,
     DatasetNotFoundError,
+    LoadOptions,
     Report,
     UnknownTools,
     add_plan,
     add_tool,
     call_arguments,
-    check_unknown_tools,
     object_schema,
     require_exists,
     require_file,
     resolve_unknown,
+    start_load,
     text_of,
 )
 from dtdr_agents.datasets._json import (
@@ -69,10 +70,7 @@ def load_sealtools(
     split: str | None = None,
     tools_path: str | Path | None = None,
     order: PlanOrder = "dependencies",
-    unknown_tools: UnknownTools = "skip",
-    skip_bad: bool = False,
-    limit: int | None = None,
-    keep_duplicates: bool = False,
+    **options: Unpack[LoadOptions],
 ) -> Dataset:
     """Load Seal-Tools: all 4,076 tools and the samples of one or all split files.
 
@@ -83,11 +81,9 @@ def load_sealtools(
             is a folder; None reads every split file present.
         tools_path: The tools file, if not ``tool.jsonl`` next to the data.
         order: ``"dependencies"`` (edges from output references) or ``"recorded"``.
-        unknown_tools: Calls to an ``api`` missing from the tools file: ``"skip"`` the
+        **options: ``skip_bad``, ``limit``, ``keep_duplicates`` (see `dtdr_agents.datasets`) and
+            ``unknown_tools``: Calls to an ``api`` missing from the tools file: ``"skip"`` the
             sample (default), ``"add"`` a placeholder tool, or ``"error"``.
-        skip_bad: Skip malformed lines (recording a `Problem`) instead of raising.
-        limit: Keep at most this many demonstrations.
-        keep_duplicates: Keep exact duplicate samples instead of skipping them.
 
     Returns:
         The dataset (name ``"sealtools"``).
@@ -98,12 +94,13 @@ def load_sealtools(
     """
     if order not in ("dependencies", "recorded"):
         raise ValueError(f"order must be 'dependencies' or 'recorded', got {order!r}")
-    policy = check_unknown_tools(unknown_tools)
+    load = start_load("load_sealtools", options)
+    policy = load.policy
     files, folder = _split_files(path, split)
     tools_file = Path(tools_path) if tools_path is not None else folder / TOOLS_FILE
-    report = Report(skip_bad)
+    report = load.report
     catalogue = read_sealtools_tools(tools_file, report)
-    out = Collector(report, limit=limit, keep_duplicates=keep_duplicates)
+    out = load.collector()
     for data_path in files:
         for line, record in iter_jsonl(data_path, report):
             if out.full:

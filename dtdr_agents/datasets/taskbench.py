@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from pydantic import Field
 
@@ -61,15 +61,16 @@ from dtdr_agents.datasets._io import (
     Catalogue,
     Collector,
     DatasetNotFoundError,
+    LoadOptions,
     Report,
     UnknownTools,
     add_plan,
     call_arguments,
-    check_unknown_tools,
     json_type,
     require_exists,
     require_file,
     resolve_unknown,
+    start_load,
 )
 from dtdr_agents.datasets._json import (
     iter_jsonl,
@@ -95,10 +96,7 @@ def load_taskbench(
     path: str | Path,
     *,
     split: str | None = None,
-    unknown_tools: UnknownTools = "skip",
-    skip_bad: bool = False,
-    limit: int | None = None,
-    keep_duplicates: bool = False,
+    **options: Unpack[LoadOptions],
 ) -> Dataset:
     """Load a TaskBench domain: labelled plans, tool catalogue and published tool graph.
 
@@ -107,11 +105,9 @@ def load_taskbench(
             folder holding the domain folders (then give `split`).
         split: The domain (``"huggingface"``, ``"dailylifeapis"``, ``"multimedia"``, or
             ``"hf"``, ``"dl"``, ``"mm"``) when `path` holds several domain folders.
-        unknown_tools: Samples naming tasks outside ``tool_desc.json``: ``"skip"`` (default),
-            ``"add"`` or ``"error"`` (see the module docstring).
-        skip_bad: Skip malformed lines (recording a `Problem`) instead of raising.
-        limit: Keep at most this many demonstrations.
-        keep_duplicates: Keep exact duplicate samples instead of skipping them.
+        **options: ``skip_bad``, ``limit``, ``keep_duplicates`` (see `dtdr_agents.datasets`) and
+            ``unknown_tools``: Samples naming tasks outside ``tool_desc.json``: ``"skip"``
+            (default), ``"add"`` or ``"error"`` (see the module docstring).
 
     Returns:
         The dataset (name ``"taskbench"``) with `Dataset.tool_graph` set.
@@ -121,7 +117,8 @@ def load_taskbench(
             (the message points to `load_taskbench_catalogue` for folders without labels).
         DatasetFormatError: A malformed record, with ``skip_bad=False``.
     """
-    policy = check_unknown_tools(unknown_tools)
+    load = start_load("load_taskbench", options)
+    policy = load.policy
     folder, data_path = _locate(path, split)
     if not data_path.is_file():
         raise DatasetNotFoundError(
@@ -130,11 +127,11 @@ def load_taskbench(
             "or load_dataset('taskbench', path, catalogue_only=True)",
             str(data_path),
         )
-    report = Report(skip_bad)
+    report = load.report
     catalogue = _read_tool_desc(folder / "tool_desc.json", report)
     graph = _read_graph(folder / "graph_desc.json", catalogue, report)
     requests = _read_user_requests(folder / "user_requests.json", report)
-    out = Collector(report, limit=limit, keep_duplicates=keep_duplicates)
+    out = load.collector()
     for line, record in iter_jsonl(data_path, report):
         if out.full:
             break

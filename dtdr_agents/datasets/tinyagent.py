@@ -34,23 +34,22 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from pydantic import Field
 
 from dtdr_agents.datasets._io import (
     Catalogue,
-    Collector,
     DatasetNotFoundError,
+    LoadOptions,
     Report,
-    UnknownTools,
-    check_unknown_tools,
     json_type,
     make_demo,
     read_tools_file,
     require_exists,
     require_file,
     resolve_unknown,
+    start_load,
     where,
 )
 from dtdr_agents.datasets._json import (
@@ -99,10 +98,7 @@ def load_tinyagent(
     *,
     split: str | None = None,
     tools_path: str | Path | None = None,
-    unknown_tools: UnknownTools = "skip",
-    skip_bad: bool = False,
-    limit: int | None = None,
-    keep_duplicates: bool = False,
+    **options: Unpack[LoadOptions],
 ) -> Dataset:
     """Load TinyAgent plans (LLMCompiler format) with their dependencies.
 
@@ -112,12 +108,10 @@ def load_tinyagent(
             (training first).
         tools_path: A tools file (see `load_jsonl`) to use as the catalogue instead of the
             tool descriptions found in the prompts.
-        unknown_tools: With `tools_path`, calls to tools it lacks: ``"skip"`` the sample
-            (default), ``"add"`` placeholders, or ``"error"``.
-        skip_bad: Skip malformed samples (recording a `Problem`) instead of raising. JSON
-            syntax errors always raise (the file is one JSON document).
-        limit: Keep at most this many demonstrations.
-        keep_duplicates: Keep exact duplicate samples instead of skipping them.
+        **options: ``skip_bad``, ``limit``, ``keep_duplicates`` (see `dtdr_agents.datasets`) and
+            ``unknown_tools``: With `tools_path`, calls to tools it lacks: ``"skip"`` the sample
+            (default), ``"add"`` placeholders, or ``"error"``. JSON syntax errors always raise
+            (the file is one JSON document).
 
     Returns:
         The dataset (name ``"tinyagent"``); demonstration ids are the sample keys.
@@ -126,16 +120,17 @@ def load_tinyagent(
         DatasetNotFoundError: No data file found.
         DatasetFormatError: Invalid JSON, or a malformed sample with ``skip_bad=False``.
     """
-    policy = check_unknown_tools(unknown_tools)
+    load = start_load("load_tinyagent", options)
+    policy = load.policy
     files = _data_files(path, split)
-    report = Report(skip_bad)
+    report = load.report
     if tools_path is not None:
         catalogue: Catalogue | None = read_tools_file(Path(tools_path), report)
     else:
         catalogue = None
     described: dict[str, Tool] = {}
     first_call: dict[str, str] = {}
-    out = Collector(report, limit=limit, keep_duplicates=keep_duplicates)
+    out = load.collector()
     for data_path in files:
         for key, line, value in iter_json_object(data_path):
             if out.full:

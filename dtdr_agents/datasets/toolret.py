@@ -23,22 +23,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from pydantic import Field
 
 from dtdr_agents.datasets._io import (
     Catalogue,
     Collector,
+    LoadOptions,
     Report,
     UnknownTools,
     add_tool,
-    check_unknown_tools,
     make_demo,
     object_schema,
     require_exists,
     require_file,
     resolve_unknown,
+    start_load,
 )
 from dtdr_agents.datasets._json import (
     iter_json_array,
@@ -73,21 +74,16 @@ def load_toolret(
     path: str | Path,
     *,
     tools_path: str | Path | None = None,
-    unknown_tools: UnknownTools = "skip",
-    skip_bad: bool = False,
-    limit: int | None = None,
-    keep_duplicates: bool = False,
+    **options: Unpack[LoadOptions],
 ) -> ToolRetDataset:
     """Load one ToolRet task.
 
     Args:
         path: The task folder (``queries.json`` + ``tools.json``) or its ``queries.json``.
         tools_path: The tools file, if not ``tools.json`` next to the queries.
-        unknown_tools: Labels naming a tool id missing from the tools file: ``"skip"`` the
-            query (default), ``"add"`` a placeholder tool, or ``"error"``.
-        skip_bad: Skip malformed records (recording a `Problem`) instead of raising.
-        limit: Keep at most this many demonstrations.
-        keep_duplicates: Keep exact duplicate samples instead of skipping them.
+        **options: ``skip_bad``, ``limit``, ``keep_duplicates`` (see `dtdr_agents.datasets`) and
+            ``unknown_tools``: Labels naming a tool id missing from the tools file: ``"skip"``
+            the query (default), ``"add"`` a placeholder tool, or ``"error"``.
 
     Returns:
         A set-valued `ToolRetDataset` named ``"toolret"``.
@@ -96,18 +92,19 @@ def load_toolret(
         DatasetNotFoundError: A file is missing (named).
         DatasetFormatError: A malformed record (file and line), with ``skip_bad=False``.
     """
-    policy = check_unknown_tools(unknown_tools)
+    load = start_load("load_toolret", options)
+    policy = load.policy
     p = require_exists(path, "ToolRet task path")
     queries = p / QUERIES_FILE if p.is_dir() else p
     require_file(queries, f"ToolRet {QUERIES_FILE}")
     tools_file = Path(tools_path) if tools_path is not None else queries.with_name(TOOLS_FILE)
     require_file(tools_file, f"ToolRet {TOOLS_FILE} for {queries}")
-    report = Report(skip_bad)
+    report = load.report
     catalogue = Catalogue()
     names_by_id: dict[str, str] = {}
     for _, line, record in iter_json_array(tools_file):
         _add_tool(record, tools_file, line, catalogue, names_by_id, report)
-    out = Collector(report, limit=limit, keep_duplicates=keep_duplicates)
+    out = load.collector()
     instructions: dict[str, str] = {}
     task = queries.parent.name or "toolret"
     for index, line, record in iter_json_array(queries):
