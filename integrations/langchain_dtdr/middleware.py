@@ -226,8 +226,6 @@ class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
         return self._finish(selector, request, response, steps)
 
     def _rejection(self, request: ToolCallRequest) -> ToolMessage | None:
-        if self.policy.on_unbound != "reject":
-            return None
         step = _last_step(request.state)
         bound = None if step is None else step.bound
         return refuse_tool_call(self.policy.on_unbound, request.tool_call, bound)
