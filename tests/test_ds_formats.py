@@ -22,7 +22,9 @@ def test_stream_numbers_are_read_as_json_reads_them(tmp_path: Path) -> None:
     assert [type(v) for v in got] == [type(v) for v in json.loads(text)]
 
 
-def test_stream_lines_in_a_file_with_long_lines(tmp_path: Path, monkeypatch) -> None:
+def test_stream_lines_in_a_file_with_long_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(_json, "_CHUNK", 7)  # a record spans many pieces of one line
     path = tmp_path / "a.json"
     path.write_text('{"a": {"x": "' + "y" * 50 + '"},\n\n "b": [1, 2],\n "c": 3}\n')
@@ -71,7 +73,9 @@ def _sealtools(tmp_path: Path, sample: dict[str, object]) -> Path:
         ),
     ],
 )
-def test_bad_records_name_file_line_and_field(tmp_path: Path, sample, message) -> None:
+def test_bad_records_name_file_line_and_field(
+    tmp_path: Path, sample: dict[str, object], message: str
+) -> None:
     folder = _sealtools(tmp_path, sample)
     with pytest.raises(DatasetFormatError) as info:
         load_dataset("sealtools", folder, split="dev")
@@ -105,3 +109,23 @@ def test_tinyagent_errors_name_the_sample(tmp_path: Path) -> None:
         load_dataset("tinyagent", path)
     assert f"sample {key!r}: field 'output[" in str(info.value)
     assert "].parsed_output[0].tool_name'" in str(info.value)
+
+
+def test_loaders_check_their_common_options(tmp_path: Path) -> None:
+    from dtdr_agents.datasets import load_jsonl, load_rectools
+
+    tiny = FIX / "ptr" / "Tiny_QT.json"
+    unexpected = r"load_rectools\(\) got an unexpected keyword argument 'x'"
+    with pytest.raises(TypeError, match=unexpected):
+        load_rectools(tiny, x=1)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="unknown_tools"):
+        load_rectools(tiny, unknown_tools="drop")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="limit"):
+        load_rectools(FIX / "ptr" / "Tiny_QT.json", limit=-1)
+    with pytest.raises(TypeError, match="it takes keep_duplicates, limit, skip_bad, tools_path"):
+        load_dataset("rectools", FIX / "ptr" / "Tiny_QT.json", order="recorded")
+    # load_jsonl keeps its own default: a call to a tool missing from the tools file is an error
+    demos = tmp_path / "demos.jsonl"
+    demos.write_text('{"query": "q", "calls": ["nope"]}\n')
+    with pytest.raises(DatasetFormatError, match=r"demos\.jsonl:1: calls\[0\] = 'nope' is not in"):
+        load_jsonl(demos, FIX / "jsonl" / "tools.json")

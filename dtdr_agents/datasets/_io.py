@@ -91,11 +91,16 @@ class Load:
         return Collector(self.report, limit=self.limit, keep_duplicates=self.keep_duplicates)
 
 
-def start_load(loader: str, options: LoadOptions, unknown_tools: UnknownTools = "skip") -> Load:
-    """Check a loader's `options` (an unknown one is a TypeError, as for any keyword)."""
+def check_options(loader: str, options: LoadOptions) -> None:
+    """Raise TypeError, as Python does, for a keyword `loader` does not take."""
     for key in options:
         if key not in LoadOptions.__annotations__:
             raise TypeError(f"{loader}() got an unexpected keyword argument {key!r}")
+
+
+def start_load(loader: str, options: LoadOptions, unknown_tools: UnknownTools = "skip") -> Load:
+    """Check a loader's `options` (an unknown one is a TypeError, as for any keyword)."""
+    check_options(loader, options)
     return Load(
         policy=check_unknown_tools(options.get("unknown_tools", unknown_tools)),
         report=Report(options.get("skip_bad", False)),

@@ -34,6 +34,7 @@ from dtdr_agents.datasets._io import (
     Report,
     UnknownTools,
     add_tool,
+    check_options,
     make_demo,
     require_exists,
     require_file,
@@ -87,6 +88,7 @@ def _variant_loader(variant: PtrVariant, summary: str, path_doc: str) -> Variant
     def load(
         path: str | Path, *, tools_path: str | Path | None = None, **options: Unpack[LoadOptions]
     ) -> Dataset:
+        check_options(f"load_{variant}", options)
         return load_ptr(path, variant=variant, tools_path=tools_path, **options)
 
     load.__name__ = load.__qualname__ = f"load_{variant}"
