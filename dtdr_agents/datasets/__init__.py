@@ -20,11 +20,15 @@ id             what ``path`` is
 ``jsonl``      a JSON-lines demonstrations file; ``tools_path`` the tools file
 =============  ==============================================================================
 
-Common behaviour: ``skip_bad=False`` raises `DatasetFormatError` (file and line) at the first
+Common behaviour (the ``**options`` every loader takes, typed as `LoadOptions`):
+``skip_bad=False`` raises `DatasetFormatError` (file and line) at the first
 malformed record, ``skip_bad=True`` skips it and records a `Problem`; published quirks
 (unknown tools, odd links, duplicates) are never fatal and always recorded as problems;
 ``limit`` keeps the first n demonstrations; exact duplicate samples are skipped unless
 ``keep_duplicates=True``. Problem messages start with ``skipped:``, ``repaired:`` or ``kept:``.
+Each loader declares its published record format as pydantic models (in its module); a
+malformed record's message names the file, the line (or the record's place, ``nodes[3]``)
+and the field (``calling[0].api``).
 
 Splits: `split_demonstrations` / `split_dataset` (seeded, each tool's calls about 70/30, as in
 DTDR), or `load_train_test`, which also takes a published split (``train_split="dev",
