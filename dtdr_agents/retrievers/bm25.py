@@ -12,8 +12,8 @@ import numpy as np
 from dtdr_agents.foundation.checks import check_number
 from dtdr_agents.foundation.errors import ModelLoadError
 from dtdr_agents.foundation.types import Demonstration, Toolset
-from dtdr_agents.retrievers.base import Scores, ToolRetriever
-from dtdr_agents.retrievers.similarity import score_why, similarity_probabilities, with_end
+from dtdr_agents.retrievers.base import ToolRetriever
+from dtdr_agents.retrievers.scores import Scores, score_why, similarity_probabilities, with_end
 
 BM25_INSTALL_HINT = "pip install 'dtdr-agents[bench]'"
 """How to install `bm25s`, the BM25 implementation `BM25Retriever` uses."""

@@ -9,7 +9,6 @@ scheme over (possibly transformed) tool embeddings; `QTSRetriever` ("qts") is th
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -17,48 +16,14 @@ import numpy as np
 from dtdr_agents.foundation.checks import check_number
 from dtdr_agents.foundation.encoders import Encoder
 from dtdr_agents.foundation.types import Demonstration, Toolset
-from dtdr_agents.retrievers.base import PRIOR_TEMPERATURE, Scores, ToolRetriever, softmax
-
-
-def with_end(tool_probs: np.ndarray, end_rate: float) -> np.ndarray:
-    """Tool probabilities (summing to 1) scaled to `1 - end_rate`, then the end-of-plan rate."""
-    return np.append(np.asarray(tool_probs, dtype=np.float64) * (1.0 - end_rate), end_rate)
-
-
-def score_why(scores: np.ndarray, label: str, fmt: str) -> Callable[[int], str]:
-    """`Scores.tool_why` for a per-tool score array (the end-of-plan token has its rate)."""
-
-    def why(i: int) -> str:
-        if i >= len(scores):
-            return "end-of-plan base rate"
-        return f"{label}={scores[i]:{fmt}}"
-
-    return why
-
-
-def similarity_probabilities(similarities: np.ndarray, temperature: float | None) -> np.ndarray:
-    """Turn query-tool similarities into a distribution over the tools.
-
-    Args:
-        similarities: One score per tool (cosine similarities, BM25 scores, ...).
-        temperature: Softmax temperature: `softmax(similarities / temperature)`. None
-            normalises the positive part instead, `max(s, 0) / sum(max(s, 0))`, as Algorithm 7
-            normalises the retained similarities (uniform when no score is positive).
-
-    Returns:
-        Probabilities over the tools (float64, summing to 1).
-    """
-    s = np.asarray(similarities, dtype=np.float64)
-    if temperature is None:
-        w = np.clip(s, 0.0, None)
-        total = w.sum()
-        if total <= 0.0:
-            return np.full(len(s), 1.0 / len(s))
-        out: np.ndarray = w / total
-        return out
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 or None, got {temperature!r}")
-    return softmax(s / temperature)
+from dtdr_agents.retrievers.base import ToolRetriever
+from dtdr_agents.retrievers.scores import (
+    PRIOR_TEMPERATURE,
+    Scores,
+    score_why,
+    similarity_probabilities,
+    with_end,
+)
 
 
 class SimilarityRetriever(ToolRetriever):
