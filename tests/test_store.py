@@ -178,7 +178,9 @@ def test_urls_and_unreachable_servers_give_clear_errors(tmp_path: Path) -> None:
     assert store_url("postgresql://u@h/db").startswith("postgresql+psycopg://")
     with pytest.raises(StoreError, match="supports sqlite:/// and postgresql://"):
         store_url("mysql://u@h/db")
-    with pytest.raises(StoreError, match=r"cannot open the run store postgresql\+psycopg://") as err:
+    with pytest.raises(
+        StoreError, match=r"cannot open the run store postgresql\+psycopg://"
+    ) as err:
         RunStore("postgresql://nobody:secret@127.0.0.1:1/none")
     assert "secret" not in str(err.value) and "nobody:***@127.0.0.1:1" in str(err.value)
 

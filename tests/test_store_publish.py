@@ -102,3 +102,34 @@ def test_keep_prunes_old_versions_and_foreign_folders_are_refused(
         Reloader(tmp_path / "empty", load_retriever)
     with pytest.raises(PublishError, match="keep must be at least 1"):
         publish(root, fitted[0].save, keep=0)
+
+
+def test_refit_publishes_from_the_store_and_rollback_moves_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from dtdr_agents.cli import main
+    from dtdr_agents.store import RunRecord, RunStore
+
+    data = make_demo_dataset(n=40, seed=3)
+    tools_file = tmp_path / "tools.json"
+    tools_file.write_text(json.dumps([t.to_dict() for t in data.tools]))
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    with RunStore(db) as store:
+        store.add_many(RunRecord.from_demonstration(d) for d in data.demos[:20])
+    pub = tmp_path / "pub"
+    common = ["--store", db, "--publish", str(pub), "--retriever", "dtdr-c", "--encoder", "tfidf"]
+    assert main(["refit", *common]) == 2  # nothing published yet and no --tools
+    assert "give the catalogue with --tools" in capsys.readouterr().err
+    assert main(["refit", *common, "--tools", str(tools_file)]) == 0
+    assert "published v000001" in capsys.readouterr().out
+    with RunStore(db) as store:
+        store.add_many(RunRecord.from_demonstration(d) for d in data.demos[20:])
+    assert main(["refit", *common]) == 0  # the catalogue of the published version
+    out = capsys.readouterr().out
+    assert "published v000002" in out and "on 40 runs" in out
+    assert len(load_retriever(pub / POINTER).tools_) == len(data.tools)
+    assert main(["rollback", "--publish", str(pub)]) == 0
+    assert "-> v000001" in capsys.readouterr().out
+    assert current(pub) is not None and current(pub).name == "v000001"  # type: ignore[union-attr]

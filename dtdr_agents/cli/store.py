@@ -1,10 +1,11 @@
-"""`dtdr-agents store`: the run store (import traces, count what it holds)."""
+"""`dtdr-agents store`, `refit` and `rollback`: the run store and published model versions."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from dtdr_agents.cli._common import CLIError
@@ -83,8 +84,58 @@ def cmd_store_bench(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def cmd_refit(args: argparse.Namespace) -> int:
+    """Fit on the store's runs and publish the model as a new version behind `latest`."""
+    from dtdr_agents.retrievers import load_retriever, make_retriever
+    from dtdr_agents.runtime.checks import fitted_tools
+    from dtdr_agents.store import RunStore, publish
+    from dtdr_agents.store.publish import POINTER, current
+
+    if args.keep < 1:
+        raise CLIError("--keep must be at least 1")
+    if args.tools:
+        from dtdr_agents.datasets import load_tools
+
+        tools = load_tools(args.tools)
+    else:
+        live = current(args.publish) if Path(args.publish, POINTER).exists() else None
+        if live is None:
+            raise CLIError(
+                f"{args.publish}: nothing published yet; give the catalogue with --tools FILE"
+            )
+        tools = fitted_tools(load_retriever(Path(args.publish) / POINTER))
+    with RunStore(args.store) as store:
+        data = store.dataset(tools, exclude_failures=not args.include_failures)
+        where = data.source
+    params: dict[str, Any] = {"encoder": args.encoder} if args.encoder else {}
+    retriever = make_retriever(args.retriever, **params)
+    print(
+        f"fitting {args.retriever} on {len(data.demos)} runs from {where}, {len(tools)} tools ...",
+        file=sys.stderr,
+    )
+    retriever.fit(data.demos, data.tools)
+    version = publish(
+        args.publish,
+        retriever.save,
+        check=load_retriever,
+        keep=args.keep,
+        note=f"{args.retriever} on {len(data.demos)} runs from {where}",
+    )
+    print(f"published {version.name} to {Path(args.publish) / POINTER} ({version.note})")
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    """Move `latest` back to the previous (or a named) version."""
+    from dtdr_agents.store import rollback
+
+    version = rollback(args.publish, args.to)
+    print(f"{Path(args.publish) / 'latest'} -> {version.name} ({version.note or 'no note'})")
+    return 0
+
+
 def add_commands(sub: Any) -> None:
-    """Add ``store import``, ``store stats`` and ``store bench``."""
+    """Add ``store import|stats|bench``, ``refit`` and ``rollback``."""
     store = sub.add_parser("store", help="the run store: import traces, show what it holds")
     cmds = store.add_subparsers(dest="store_command", required=True)
     imp = cmds.add_parser(
@@ -119,3 +170,26 @@ def add_commands(sub: Any) -> None:
     )
     bench.add_argument("--json", help="write the figures to this JSON file")
     bench.set_defaults(func=cmd_store_bench)
+    refit = sub.add_parser(
+        "refit",
+        help="fit on the run store and publish a new model version behind DIR/latest",
+        description=(
+            "Fit a retriever on the store's runs (failed runs left out) and publish it as a "
+            "new version of DIR: the version is checked by loading it, then DIR/latest moves "
+            "to it in one atomic rename. Agents started on DIR/latest take it up between steps."
+        ),
+    )
+    refit.add_argument("--store", default="sqlite:///runs.db", help=STORE_HELP)
+    refit.add_argument("--publish", required=True, metavar="DIR", help="publish folder")
+    refit.add_argument(
+        "--tools", help="tools file (JSON list or JSONL); default: the published catalogue"
+    )
+    refit.add_argument("--retriever", default="hybrid", help="retriever id (default hybrid)")
+    refit.add_argument("--encoder", help="encoder ('default', 'tfidf', a model name or folder)")
+    refit.add_argument("--keep", type=int, default=5, help="versions kept (default 5)")
+    refit.add_argument("--include-failures", action="store_true", help="learn from failed runs too")
+    refit.set_defaults(func=cmd_refit)
+    back = sub.add_parser("rollback", help="move DIR/latest back to an earlier version")
+    back.add_argument("--publish", required=True, metavar="DIR", help="publish folder")
+    back.add_argument("--to", help="the version (e.g. v000003); default: the one before")
+    back.set_defaults(func=cmd_rollback)

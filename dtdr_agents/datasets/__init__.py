@@ -45,7 +45,7 @@ from typing import Any
 
 from dtdr_agents.datasets._io import DatasetNotFoundError, LoadOptions, UnknownTools
 from dtdr_agents.datasets.base import Dataset, Problem
-from dtdr_agents.datasets.jsonl import load_jsonl
+from dtdr_agents.datasets.jsonl import load_jsonl, load_tools
 from dtdr_agents.datasets.nestful import load_nestful
 from dtdr_agents.datasets.plans import OrderedPlan, PlanCycleError, order_plan
 from dtdr_agents.datasets.ptr import load_metatool, load_ptr, load_rectools
@@ -252,6 +252,7 @@ __all__ = [
     "load_taskbench_catalogue",
     "load_tinyagent",
     "load_toolret",
+    "load_tools",
     "load_train_test",
     "order_plan",
     "split_dataset",

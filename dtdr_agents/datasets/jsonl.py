@@ -46,6 +46,7 @@ from dtdr_agents.datasets._raw import Name, RawRecord, parse
 from dtdr_agents.datasets.base import Dataset, Problem
 from dtdr_agents.datasets.plans import order_plan
 from dtdr_agents.foundation.errors import DatasetFormatError, InvalidDemonstrationError
+from dtdr_agents.foundation.types import Toolset
 
 
 def load_jsonl(
@@ -179,3 +180,15 @@ def _parse_record(
     calls = [c if isinstance(c, str) else c.name for c in parsed.calls]
     edges = None if parsed.edges is None else [(i, j) for i, j in parsed.edges]
     return parsed.query, calls, edges, None if parsed.id is None else str(parsed.id)
+
+
+def load_tools(path: str | Path, *, skip_bad: bool = False) -> Toolset:
+    """Read a tools file (the formats `load_jsonl`'s `tools_path` accepts) as a catalogue.
+
+    Raises:
+        DatasetFormatError: A tool is malformed (with ``skip_bad=False``); the message names
+            the file and line.
+        DatasetNotFoundError: The file is missing.
+    """
+    file = Path(path)
+    return read_tools_file(file, Report(skip_bad)).toolset(file)

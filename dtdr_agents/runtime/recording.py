@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dtdr_agents.datasets._io import BEING_WRITTEN
+from dtdr_agents.datasets._json import BEING_WRITTEN
 from dtdr_agents.datasets.base import Dataset
 from dtdr_agents.foundation.errors import InvalidDemonstrationError
 from dtdr_agents.foundation.types import Demonstration, Toolset
