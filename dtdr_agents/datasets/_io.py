@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypedDict, cast
 
-from dtdr_agents.datasets._json import BEING_WRITTEN as BEING_WRITTEN  # runtime.recording
 from dtdr_agents.datasets._json import first_char, iter_json_array, iter_jsonl, read_text
 from dtdr_agents.datasets.base import Problem
 from dtdr_agents.datasets.plans import PlanCycleError, order_plan
