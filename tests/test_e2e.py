@@ -163,7 +163,7 @@ def expected_selection(plan: E2EPlan, query: str, history: list[str]) -> list[st
     names = api_names(plan.builder.tools.names)
     back = {v: k for k, v in names.items()}
     ranking = _fitted_dtdr_c().rank(query, [back[h] for h in history])
-    return [names[n] for n in select(ranking, SelectionPolicy(k=1)).names]
+    return [names[n] for n in select(ranking, SelectionPolicy(k=1, threshold=None)).names]
 
 
 def test_requests_per_mode_bound_tools_and_hand_counts(

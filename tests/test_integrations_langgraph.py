@@ -181,7 +181,9 @@ def test_threshold_none_keeps_k(demo: DemoSetup, tools: list[BaseTool]) -> None:
     request = demo.test[2]
     model = follower(demo)
     run(
-        create_dtdr_agent(model, tools, demo.retriever, policy=SelectionPolicy(k=4)).compile(),
+        create_dtdr_agent(
+            model, tools, demo.retriever, policy=SelectionPolicy(k=4, threshold=None)
+        ).compile(),
         request.query,
     )
     assert all(len(b) == 4 for b in model.bound_tools)

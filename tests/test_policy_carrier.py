@@ -86,9 +86,9 @@ def test_the_carrier_is_frozen_and_holds_every_setting() -> None:
 
 # ---------------------------------------------------------------------------- one default
 def test_one_default() -> None:
-    assert SelectionPolicy() == RECOMMEND_DEFAULT  # select, recommend and e2e default
-    # the agents' default is the same policy, keeping only tools with some probability
-    assert dataclasses.replace(SelectionPolicy(), threshold=0.0) == DEFAULT_POLICY
+    assert SelectionPolicy() == DEFAULT_POLICY  # select's and every agent's default
+    # the papers' top-k protocol (e2e, recommend, `rank`) is named, not a second default
+    assert dataclasses.replace(SelectionPolicy(), threshold=None) == RECOMMEND_DEFAULT
     assert resolve_policy() is DEFAULT_POLICY
     assert resolve_policy(k=4) == dataclasses.replace(DEFAULT_POLICY, k=4)
 

@@ -76,7 +76,7 @@ def test_recommendation_checks_its_fields() -> None:
 # ------------------------------------------------------------------ the default policy
 def test_default_recommendation_uses_policy_or_size() -> None:
     ranking = _ranking({"a": 0.5, "b": 0.3, "c": 0.15, "d": 0.05})
-    by_policy = recommend_from_ranking(ranking, policy=SelectionPolicy(k=2))
+    by_policy = recommend_from_ranking(ranking, policy=SelectionPolicy(k=2, threshold=None))
     assert by_policy.names == ("a", "b")
     assert by_policy.policy == "SelectionPolicy(k=2)"
     assert set(by_policy.stages.values()) == {"ranking"}
@@ -84,7 +84,9 @@ def test_default_recommendation_uses_policy_or_size() -> None:
     assert by_size.names == ("a", "b", "c")
     assert by_size.policy == "learned set size (3)"
     assert by_size.probabilities[0] == pytest.approx(0.5)
-    assert policy_name(SelectionPolicy(k=None, coverage=0.9)) == "SelectionPolicy(coverage=0.9)"
+    cover = SelectionPolicy(k=None, threshold=None, coverage=0.9)
+    assert policy_name(cover) == "SelectionPolicy(coverage=0.9)"
+    assert policy_name(SelectionPolicy()) == "SelectionPolicy(k=5, threshold=0.0)"
 
 
 def test_default_recommendation_keeps_history() -> None:

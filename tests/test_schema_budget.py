@@ -14,7 +14,7 @@ from langchain_dtdr.testing import DemoSetup, ScriptedChatModel, demo_setup, lan
 from langgraph_dtdr import create_dtdr_agent
 
 K = 5
-BASE = SelectionPolicy()  # the one default: the 5 best tools, zero-probability ones included
+BASE = SelectionPolicy(threshold=None)  # the 5 best tools, zero-probability ones included
 
 
 @pytest.fixture(scope="module")

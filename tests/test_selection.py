@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dtdr_agents import END_OF_PLAN, Ranking, SelectionPolicy, UnknownToolError, select
+from dtdr_agents.foundation.selection import DEFAULT, TOP_K
 from dtdr_agents.foundation.types import as_history
 from dtdr_agents.retrievers.markov import START, history_key
 
@@ -170,5 +173,18 @@ def test_min_k_does_not_pad_with_zero_probability_tools():
 
 def test_include_zero_returns_exactly_k():
     ranking = Ranking(("a", "b", "c", END_OF_PLAN), np.array([0.6, 0.0, 0.0, 0.4]))
-    assert select(ranking, SelectionPolicy(k=2, include_zero=False)).names == ("a",)
-    assert select(ranking, SelectionPolicy(k=2)).names == ("a", "b")
+    top_k = SelectionPolicy(k=2, threshold=None)
+    assert select(ranking, dataclasses.replace(top_k, include_zero=False)).names == ("a",)
+    assert select(ranking, top_k).names == ("a", "b")
+    assert select(ranking, dataclasses.replace(TOP_K, k=2)).names == ("a", "b")
+
+
+def test_the_one_default_binds_nothing_without_evidence():
+    """`SelectionPolicy()` is every stack's default: zero-probability tools are never kept."""
+    from dtdr_agents.recommend import DEFAULT_POLICY as RECOMMEND_TOP_K
+    from dtdr_agents.runtime import DEFAULT_POLICY
+
+    ranking = Ranking(("a", "b", "c", END_OF_PLAN), np.array([0.6, 0.0, 0.0, 0.4]))
+    assert DEFAULT_POLICY == SelectionPolicy() == DEFAULT
+    assert select(ranking).names == select(ranking, SelectionPolicy()).names == ("a",)
+    assert RECOMMEND_TOP_K == TOP_K != DEFAULT  # a named protocol, not a second default

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -178,14 +179,14 @@ def load_model(args: argparse.Namespace) -> ToolRetriever:
 
 def cmd_rank(args: argparse.Namespace) -> int:
     """Rank the next tools with a saved retriever."""
-    from dtdr_agents.foundation.selection import SelectionPolicy, select
+    from dtdr_agents.foundation.selection import TOP_K, select
     from dtdr_agents.foundation.types import as_history
 
     model = load_model(args)
     ranking = model.rank(args.query, args.history or (), ignore_unknown=args.ignore_unknown)
     top = ranking.top(args.k)
     if args.json:
-        sel = select(ranking, SelectionPolicy(k=args.k))
+        sel = select(ranking, dataclasses.replace(TOP_K, k=args.k))
         print(
             json.dumps(
                 {

@@ -56,7 +56,10 @@ class SelectionPolicy:
 
     Attributes:
         k: Keep at most the `k` best tools.
-        threshold: Keep tools whose probability is above this (the DTDR paper's alpha).
+        threshold: Keep tools whose probability is above this (the DTDR paper's alpha). The
+            default 0.0 keeps only tools the retriever gives some probability, so an agent
+            binds nothing the retriever saw no evidence for; None lets `k` keep
+            zero-probability tools as well (`TOP_K`).
         coverage: Keep the smallest prefix whose cumulative probability reaches this.
         min_k: Keep at least this many tools among those with a non-zero probability (so a
             selection can be empty when no tool has any, e.g. when the retriever is certain
@@ -110,7 +113,7 @@ class SelectionPolicy:
     """
 
     k: int | None = 5
-    threshold: float | None = None
+    threshold: float | None = 0.0
     coverage: float | None = None
     min_k: int = 1
     always_include: tuple[str, ...] = ()
@@ -226,6 +229,15 @@ def _cut(probs: np.ndarray, policy: SelectionPolicy) -> int:
     return max(keep, min(policy.min_k, positive))
 
 
+DEFAULT = SelectionPolicy()
+"""The one default: the 5 best tools with some probability, hard mask, no cache."""
+
+TOP_K = SelectionPolicy(threshold=None)
+"""The papers' top-k protocol, by name (not a default): always the `k` best tools, those with
+zero probability filling in catalogue order. The end-to-end evaluation, recommendations
+without a set size and `dtdr-agents rank` use it; agents use `SelectionPolicy()`."""
+
+
 def select(ranking: Ranking, policy: SelectionPolicy | None = None) -> Selection:
     """Apply `policy` to `ranking`.
 
@@ -233,7 +245,7 @@ def select(ranking: Ranking, policy: SelectionPolicy | None = None) -> Selection
     `always_include` names must be candidates of the ranking. An out-of-distribution ranking
     keeps its top `fallback_k`; the result never holds more than `max_tools` names.
     """
-    policy = policy or SelectionPolicy()
+    policy = policy or DEFAULT
     unknown = [n for n in policy.always_include if n not in ranking.names or n == END_OF_PLAN]
     if unknown:
         raise UnknownToolError(

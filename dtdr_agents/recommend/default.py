@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dtdr_agents.foundation.selection import SelectionPolicy, select
+from dtdr_agents.foundation.selection import TOP_K, SelectionPolicy, select
 from dtdr_agents.foundation.types import END_OF_PLAN, Ranking
 from dtdr_agents.recommend.record import Recommendation, Stage
 
-DEFAULT_POLICY = SelectionPolicy()
-"""The selection policy a retriever without a set-size model recommends with: the one
-default, `SelectionPolicy()` (the 5 best tools); an alias kept for its name."""
+DEFAULT_POLICY = TOP_K
+"""The selection policy a retriever without a set-size model recommends with: the papers'
+top-k protocol (`TOP_K`, exactly the 5 best tools); the name is kept for compatibility."""
 
 
 def policy_name(policy: SelectionPolicy) -> str:

@@ -13,7 +13,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from dtdr_agents.foundation.selection import OnUnbound, SelectionPolicy
+from dtdr_agents.foundation.selection import DEFAULT, OnUnbound, SelectionPolicy
 from dtdr_agents.runtime.checks import UNSET, Unset
 from dtdr_agents.runtime.prompting import MaskMode
 
@@ -26,10 +26,9 @@ __all__ = [
     "with_binding",
 ]
 
-DEFAULT_POLICY = SelectionPolicy(threshold=0.0)
-"""The agents' default: `SelectionPolicy()` (the 5 best tools, hard mask, no cache, one wider
-re-selection, unbound calls rejected) keeping only tools the retriever gives some probability
-(``threshold=0.0``), so an agent binds nothing the retriever saw no evidence for."""
+DEFAULT_POLICY = DEFAULT
+"""The one default, `SelectionPolicy()`: the 5 best tools with some probability, hard mask, no
+cache, one wider re-selection, unbound calls rejected (an alias kept for its name)."""
 
 AgentMode = MaskMode | Literal["set"]
 """A mask mode, or ``"set"``: bind the request's recommended tool set once per turn."""

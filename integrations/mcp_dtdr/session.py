@@ -257,7 +257,9 @@ class ProxySession:
         state = self.state
         cat = state.catalogue
         ranking = cat.selector.retriever.rank(_required_text(query, SEARCH_TOOLS, "query"), ())
-        sel = select(ranking, SelectionPolicy(k=self.search_k, respect_fallback=False))
+        sel = select(
+            ranking, SelectionPolicy(k=self.search_k, threshold=None, respect_fallback=False)
+        )
         self.state = dataclasses.replace(state, found=sel.names)
         lines = [
             f"- {cat.listed[n]}: {cat.tools[n].description or ''}".rstrip(": ") for n in sel.names

@@ -10,6 +10,7 @@ file so an interrupted run resumes, and aggregates the metrics per (retriever, m
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from dtdr_agents.evaluation.e2e.protocol import (
 from dtdr_agents.foundation.chat import OpenAIChat
 from dtdr_agents.foundation.encoders import Encoder
 from dtdr_agents.foundation.progress import Progress, no_progress
-from dtdr_agents.foundation.selection import SelectionPolicy
+from dtdr_agents.foundation.selection import TOP_K
 from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.runtime.prompting import TokenCounter, get_token_counter
 
@@ -138,7 +139,7 @@ def prepare_e2e(
         test.demos,
         train.tools,
         counter=counter or get_token_counter(),
-        policy=SelectionPolicy(k=k),
+        policy=dataclasses.replace(TOP_K, k=k),
         seed=seed,
     )
     requests: list[StepRequest] = []

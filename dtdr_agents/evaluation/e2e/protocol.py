@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dtdr_agents.foundation.selection import SelectionPolicy, select
+from dtdr_agents.foundation.selection import TOP_K, SelectionPolicy, select
 from dtdr_agents.foundation.types import END_OF_PLAN, CallArguments, Demonstration, Tool, Toolset
 from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.runtime.prompting import (
@@ -266,7 +266,7 @@ class ProtocolBuilder:
         self.test = list(test)
         self.tools = tools
         self.counter = counter
-        self.policy = policy or SelectionPolicy()
+        self.policy = policy or TOP_K
         self.seed = seed
         self.names = api_names(tools.names)
         self._back = {api: name for name, api in self.names.items()}
