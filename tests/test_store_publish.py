@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from dtdr_agents.datasets.synthetic import make_demo_dataset
+from dtdr_agents.foundation.selection import SelectionPolicy
 from dtdr_agents.retrievers import load_retriever, make_retriever
 from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.store import PublishError, Reloader, ReloadWarning, publish, rollback, versions
@@ -133,3 +134,73 @@ def test_refit_publishes_from_the_store_and_rollback_moves_back(
     assert main(["rollback", "--publish", str(pub)]) == 0
     assert "-> v000001" in capsys.readouterr().out
     assert current(pub) is not None and current(pub).name == "v000001"  # type: ignore[union-attr]
+
+
+def test_a_step_selector_takes_up_a_new_version_between_steps_only(
+    tmp_path: Path, fitted: list[ToolRetriever]
+) -> None:
+    from dtdr_agents.runtime import StepSelector
+    from dtdr_agents.runtime.checks import fitted_tools
+
+    root = tmp_path / "pub"
+    publish(root, fitted[1].save, check=load_retriever)
+    models = Reloader(root, load_retriever, poll_interval=None)
+    tools = fitted_tools(fitted[1])
+    selector = StepSelector(tools, models, policy=SelectionPolicy(k=3, threshold=None))
+    query, history = "find Sam's email and write to him", ["get_email_address"]
+    first = selector.select(query, history)
+    assert list(first.selection.names) == _names(fitted[1])[:3]
+    publish(root, fitted[2].save, check=load_retriever)
+    assert models.reload()
+    wide = selector.select(query, history, previous=first, wide=True)
+    assert selector.retriever is not models.current()  # a wider re-selection keeps its version
+    assert wide.selection.names[:3] == first.selection.names
+    nxt = selector.select(query, history)  # the next step takes up the new version
+    assert selector.retriever is models.current()
+    assert list(nxt.selection.names) == _names(fitted[2])[:3]
+
+
+def test_a_version_with_another_catalogue_is_refused_by_the_agent(
+    tmp_path: Path, fitted: list[ToolRetriever]
+) -> None:
+    from dtdr_agents.datasets.synthetic import DEMO_TOOLS
+    from dtdr_agents.foundation.types import Toolset
+    from dtdr_agents.runtime import StepSelector
+
+    root = tmp_path / "pub"
+    publish(root, fitted[1].save, check=load_retriever)
+    models = Reloader(root, load_retriever, poll_interval=None)
+    selector = StepSelector(Toolset(DEMO_TOOLS), models)
+    data = make_demo_dataset(n=30, seed=1)
+    smaller = Toolset(list(data.tools)[:10])
+    other = make_retriever("bm25").fit([], smaller)
+    publish(root, other.save, check=load_retriever)
+    assert models.reload() and models.version.name == "v000002"
+    with pytest.warns(ReloadWarning, match="v000002 is not taken up.*keeps serving"):
+        step = selector.select("find Sam's email and write to him", ["get_email_address"])
+    assert step.selection.names and models.version.name == "v000001"
+    assert "v000002" in models.refused and not models.reload()
+
+
+def test_the_stacks_pass_a_reloader_through(tmp_path: Path, fitted: list[ToolRetriever]) -> None:
+    """The LangChain middleware and the LangGraph selector keep a Reloader as it is."""
+    pytest.importorskip("langchain")
+    from langchain_core.tools import tool
+
+    from langchain_dtdr import DTDRMiddleware, ToolSelector
+
+    root = tmp_path / "pub"
+    publish(root, fitted[1].save, check=load_retriever)
+    models = Reloader(root, load_retriever, poll_interval=None)
+    lc_tools = [
+        tool(name, description=t.description)(lambda **_: "ok")
+        for name, t in ((t.name, t) for t in fitted[1].tools_)
+    ]
+    middleware = DTDRMiddleware(models, tools=lc_tools)
+    assert middleware.retriever is models
+    selector = ToolSelector(lc_tools, models)
+    assert selector.reloader is models
+    publish(root, fitted[2].save, check=load_retriever)
+    models.reload()
+    step = selector.select("find Sam's email and write to him", ["get_email_address"])
+    assert selector.retriever is models.current() and step.selection.names

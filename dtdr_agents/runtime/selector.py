@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from dtdr_agents.foundation.errors import InvalidToolError, UnknownToolError
+from dtdr_agents.foundation.errors import InvalidToolError, NotFittedError, UnknownToolError
 from dtdr_agents.foundation.selection import Selection, SelectionPolicy, select
 from dtdr_agents.foundation.types import END_OF_PLAN, Ranking, Toolset
 from dtdr_agents.runtime.binding import BINDERS, BindContext
@@ -30,6 +30,7 @@ from dtdr_agents.runtime.prompting import (
     get_token_counter,
 )
 from dtdr_agents.runtime.steps import StepRecord
+from dtdr_agents.store.publish import Reloader, ReloadWarning
 
 __all__ = ["StepSelector"]
 
@@ -43,7 +44,10 @@ class StepSelector:
         tools: The agent's tool catalogue (anything `Toolset` accepts), in the order tools
             are bound. Names must be unique.
         retriever: A fitted core retriever (any id of `make_retriever`) or an adapter holding
-            one. It must rank exactly this catalogue (same names).
+            one. It must rank exactly this catalogue (same names). Or a `store.Reloader` of
+            published versions: each step (never a wider re-selection inside one) starts
+            with its current version; a version that ranks another catalogue is refused
+            with a `ReloadWarning` and the running one keeps serving.
         policy: The `SelectionPolicy`: selection, binding, widening and unbound calls
             (default `DEFAULT_POLICY`). Used as given.
         binding: Deprecated (warns): a `BindingPolicy` whose fields are set on `policy`.
@@ -76,7 +80,10 @@ class StepSelector:
             )
             self.policy = with_binding(self.policy, binding)
         self.mode: MaskMode = self.policy.mode
-        self.retriever = unwrap_retriever(retriever)
+        self.reloader: Reloader[Any] | None = retriever if isinstance(retriever, Reloader) else None
+        self.retriever = unwrap_retriever(
+            self.reloader.current() if self.reloader is not None else retriever
+        )
         try:
             self.toolset = tools if isinstance(tools, Toolset) else Toolset(check_tool_list(tools))
         except InvalidToolError as exc:
@@ -107,6 +114,27 @@ class StepSelector:
         if self._schema_tokens is None:
             self._schema_tokens = catalogue_schema_tokens(self.toolset, self.counter)
         return self._schema_tokens
+
+    def _take_up_new_version(self) -> None:
+        """At the start of a step: the reloader's current version, if it ranks our catalogue."""
+        if self.reloader is None:
+            return
+        model = self.reloader.current()
+        if model is self.retriever:
+            return
+        running = self.retriever
+        try:
+            self.retriever = unwrap_retriever(model)
+            self.check_catalogue()
+        except (CatalogueMismatchError, NotFittedError, TypeError) as exc:
+            self.retriever = running
+            name = self.reloader.version.name
+            self.reloader.refuse(f"{type(exc).__name__}: {exc}")
+            warnings.warn(
+                f"{name} is not taken up ({exc}); the running version keeps serving",
+                ReloadWarning,
+                stacklevel=3,
+            )
 
     # ------------------------------------------------------------------------------ checks
     def check_catalogue(self) -> None:
@@ -215,6 +243,8 @@ class StepSelector:
                 a prefix of `history`).
             wide: Use the wider re-selection policy (`widen_k`, no threshold).
         """
+        if not wide:
+            self._take_up_new_version()
         hist = self.check_history(history)
         ranking = self.retriever.rank(query, hist)
         policy = self.wide_policy if wide else self.policy

@@ -291,6 +291,7 @@ class Reloader(Generic[T]):
         except Exception as exc:
             raise PublishError(f"{live.name} does not load: {exc}") from exc
         self.version = live
+        self._previous: tuple[T, Version] | None = None
         self._checked = clock()
 
     def current(self) -> T:
@@ -321,5 +322,21 @@ class Reloader(Generic[T]):
                     stacklevel=2,
                 )
                 return False
+            self._previous = (self.model, self.version)
             self.model, self.version = model, live
             return True
+
+    def refuse(self, reason: str) -> None:
+        """Refuse the version just taken up and go back to the one before (never retried).
+
+        A caller refuses a version that loads but does not fit it, e.g. one that ranks
+        another tool catalogue than the agent's.
+        """
+        with self._lock:
+            if self._previous is None:
+                raise PublishError(
+                    f"{self.version.name} is the first version: nothing to go back to"
+                )
+            self.refused[self.version.name] = reason
+            self.model, self.version = self._previous
+            self._previous = None

@@ -48,6 +48,7 @@ from dtdr_agents.runtime import (
     unwrap_retriever,
 )
 from dtdr_agents.runtime.prompting import TokenCounter
+from dtdr_agents.store import Reloader
 from langchain_dtdr.messages import current_turn
 from langchain_dtdr.selector import (
     ToolLike,
@@ -124,7 +125,10 @@ class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
         token_counter: TokenCounter | None = None,
     ) -> None:
         super().__init__()
-        self.retriever = unwrap_retriever(retriever)
+        # a store.Reloader stays itself: the step selector takes up new versions between steps
+        self.retriever = (
+            retriever if isinstance(retriever, Reloader) else unwrap_retriever(retriever)
+        )
         self.policy = resolve_policy(policy, k=k, mode=mode, cache=cache, binding=binding)
         self.token_counter = token_counter
         self._selector: ToolSelector | None = None
