@@ -12,7 +12,7 @@ from dtdr_agents.foundation.selection import SelectionPolicy
 from dtdr_agents.retrievers import load_retriever, make_retriever
 from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.store import PublishError, Reloader, ReloadWarning, publish, rollback, versions
-from dtdr_agents.store.publish import POINTER, current
+from dtdr_agents.store.publishing import POINTER, current
 
 
 @pytest.fixture(scope="module")

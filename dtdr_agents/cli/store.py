@@ -89,7 +89,7 @@ def cmd_refit(args: argparse.Namespace) -> int:
     from dtdr_agents.retrievers import load_retriever, make_retriever
     from dtdr_agents.runtime.checks import fitted_tools
     from dtdr_agents.store import RunStore, publish
-    from dtdr_agents.store.publish import POINTER, current
+    from dtdr_agents.store.publishing import POINTER, current
 
     if args.keep < 1:
         raise CLIError("--keep must be at least 1")

@@ -30,7 +30,7 @@ from dtdr_agents.runtime.prompting import (
     get_token_counter,
 )
 from dtdr_agents.runtime.steps import StepRecord
-from dtdr_agents.store.publish import Reloader, ReloadWarning
+from dtdr_agents.store.publishing import Reloader, ReloadWarning
 
 __all__ = ["StepSelector"]
 

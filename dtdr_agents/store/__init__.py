@@ -3,39 +3,43 @@
 Agents record runs (`RunStore.add`); `fit` and `refit` read demonstrations from the store
 (`RunStore.demonstrations`, `RunStore.dataset`); importers turn existing traces into runs;
 `publish` puts fitted models behind an atomic `latest` pointer that `Reloader` follows.
+
+Names load on first use, so that the agent runtime (which takes a `Reloader`) does not import
+SQLAlchemy or the dataset loaders.
 """
 
 from __future__ import annotations
 
-from dtdr_agents.store.importers import FORMATS, import_jsonl, import_traces
-from dtdr_agents.store.publish import (
-    PublishError,
-    Reloader,
-    ReloadWarning,
-    Version,
-    publish,
-    rollback,
-    versions,
-)
-from dtdr_agents.store.runs import DEFAULT_URL, OUTCOMES, RunRecord, RunStore, store_url
-from dtdr_agents.store.schema import SCHEMA_VERSION, StoreError
+import importlib
+from typing import Any
 
-__all__ = [
-    "DEFAULT_URL",
-    "FORMATS",
-    "OUTCOMES",
-    "SCHEMA_VERSION",
-    "PublishError",
-    "ReloadWarning",
-    "Reloader",
-    "RunRecord",
-    "RunStore",
-    "StoreError",
-    "Version",
-    "import_jsonl",
-    "import_traces",
-    "publish",
-    "rollback",
-    "store_url",
-    "versions",
-]
+_WHERE = {
+    "DEFAULT_URL": "runs",
+    "OUTCOMES": "runs",
+    "RunRecord": "runs",
+    "RunStore": "runs",
+    "store_url": "runs",
+    "FORMATS": "importers",
+    "import_jsonl": "importers",
+    "import_traces": "importers",
+    "PublishError": "publishing",
+    "ReloadWarning": "publishing",
+    "Reloader": "publishing",
+    "Version": "publishing",
+    "publish": "publishing",
+    "rollback": "publishing",
+    "versions": "publishing",
+    "SCHEMA_VERSION": "schema",
+    "StoreError": "errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Load `name` from its module on first use."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dtdr_agents.store' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"dtdr_agents.store.{module}"), name)
+
+
+__all__ = sorted(_WHERE)

@@ -36,7 +36,8 @@ from sqlalchemy.sql.dml import Insert
 from dtdr_agents.datasets.base import Dataset
 from dtdr_agents.foundation.errors import InvalidDemonstrationError
 from dtdr_agents.foundation.types import CallArguments, Demonstration, Toolset
-from dtdr_agents.store.schema import Run, StoreError, upgrade
+from dtdr_agents.store.errors import StoreError
+from dtdr_agents.store.schema import Run, upgrade
 
 DEFAULT_URL = "sqlite:///runs.db"
 """The embedded default: an SQLite file in the working folder."""

@@ -31,17 +31,13 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from dtdr_agents.foundation.errors import DTDRError
+from dtdr_agents.store.errors import StoreError
 
 JSON_TYPE = JSON().with_variant(JSONB(), "postgresql")
 """JSON columns: JSONB on PostgreSQL, JSON text on SQLite."""
 
 ADVISORY_LOCK = 0x64746472
 """PostgreSQL advisory-lock key of schema upgrades ("dtdr")."""
-
-
-class StoreError(DTDRError, RuntimeError):
-    """The run store cannot be opened or used (bad URL, foreign or newer schema)."""
 
 
 class Base(DeclarativeBase):

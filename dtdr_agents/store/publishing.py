@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from dtdr_agents.store.schema import StoreError
+from dtdr_agents.store.errors import StoreError
 
 T = TypeVar("T")
 
