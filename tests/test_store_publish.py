@@ -28,6 +28,13 @@ def fitted() -> list[ToolRetriever]:
     return models
 
 
+def _served(tmp_path: Path, model: ToolRetriever) -> tuple[Path, Reloader[ToolRetriever]]:
+    """`model` published as v000001, and a Reloader on it that only reloads when asked."""
+    root = tmp_path / "pub"
+    publish(root, model.save, check=load_retriever)
+    return root, Reloader(root, load_retriever, poll_interval=None)
+
+
 def _names(model: ToolRetriever) -> list[str]:
     return model.rank("find Sam's email and write to him", ["get_email_address"]).ranked_names()[:5]
 
@@ -142,9 +149,7 @@ def test_a_step_selector_takes_up_a_new_version_between_steps_only(
     from dtdr_agents.runtime import StepSelector
     from dtdr_agents.runtime.checks import fitted_tools
 
-    root = tmp_path / "pub"
-    publish(root, fitted[1].save, check=load_retriever)
-    models = Reloader(root, load_retriever, poll_interval=None)
+    root, models = _served(tmp_path, fitted[1])
     tools = fitted_tools(fitted[1])
     selector = StepSelector(tools, models, policy=SelectionPolicy(k=3, threshold=None))
     query, history = "find Sam's email and write to him", ["get_email_address"]
@@ -167,9 +172,7 @@ def test_a_version_with_another_catalogue_is_refused_by_the_agent(
     from dtdr_agents.foundation.types import Toolset
     from dtdr_agents.runtime import StepSelector
 
-    root = tmp_path / "pub"
-    publish(root, fitted[1].save, check=load_retriever)
-    models = Reloader(root, load_retriever, poll_interval=None)
+    root, models = _served(tmp_path, fitted[1])
     selector = StepSelector(Toolset(DEMO_TOOLS), models)
     data = make_demo_dataset(n=30, seed=1)
     smaller = Toolset(list(data.tools)[:10])
@@ -189,9 +192,7 @@ def test_the_stacks_pass_a_reloader_through(tmp_path: Path, fitted: list[ToolRet
 
     from langchain_dtdr import DTDRMiddleware, ToolSelector
 
-    root = tmp_path / "pub"
-    publish(root, fitted[1].save, check=load_retriever)
-    models = Reloader(root, load_retriever, poll_interval=None)
+    root, models = _served(tmp_path, fitted[1])
     lc_tools = [
         tool(name, description=t.description)(lambda **_: "ok")
         for name, t in ((t.name, t) for t in fitted[1].tools_)
