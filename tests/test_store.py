@@ -234,3 +234,33 @@ def test_store_bench_reads_back_every_run_in_both_databases(tmp_path: Path) -> N
             assert backend == "postgresql" and postgres_unavailable()
             continue
         assert (row["read_back"], row["expected"], row["torn"]) == (90, 90, 0)
+
+
+def test_the_recorder_writes_runs_to_a_store_and_never_fails_a_step(tmp_path: Path) -> None:
+    from dtdr_agents.runtime.recording import DemonstrationRecorder, RecordingWarning
+
+    db = tmp_path / "runs.db"
+    tools = Toolset([Tool(n, f"the {n} tool") for n in ("geocode", "weather", "convert")])
+    recorder = DemonstrationRecorder(f"sqlite:///{db}", tools=tools)
+    assert recorder.record("weather in Paris, then in F", steps=[["geocode"], ["weather"]])
+    assert recorder.record("weather in Paris, then in F", steps=[["geocode"], ["weather"]]) is None
+    with RunStore(db) as store:
+        runs = list(store.iter_runs())
+    assert [(r.calls, r.source) for r in runs] == [(("geocode", "weather"), "recorder")]
+    db.unlink()  # the database goes away (and a directory blocks its re-creation)
+    db.mkdir()
+    recorder._store.engine.dispose()
+    with pytest.warns(RecordingWarning, match=r"1 runs wait in memory \(0 dropped\)"):
+        kept = recorder.record("convert 3 miles to km please", calls=["convert"])
+    assert kept is not None and len(recorder.pending) == 1  # the step goes on
+    db.rmdir()
+    recorder._store = RunStore(db)  # the database is back
+    assert recorder.record("weather in Rome right now", calls=["weather"])
+    assert recorder.pending == []
+    with RunStore(db) as store:
+        assert sorted(r.request for r in store.iter_runs()) == [
+            "convert 3 miles to km please",
+            "weather in Rome right now",
+        ]
+    with pytest.raises(StoreError, match="supports sqlite"):
+        DemonstrationRecorder("mysql://u@h/db")

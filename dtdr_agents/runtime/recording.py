@@ -36,11 +36,27 @@ from dtdr_agents.datasets.base import Dataset
 from dtdr_agents.foundation.errors import InvalidDemonstrationError
 from dtdr_agents.foundation.types import Demonstration, Toolset
 
-__all__ = ["DemonstrationRecorder", "PartialLineWarning", "load_recording", "plan_from_steps"]
+__all__ = [
+    "BUFFER_LIMIT",
+    "DemonstrationRecorder",
+    "PartialLineWarning",
+    "RecordingWarning",
+    "load_recording",
+    "plan_from_steps",
+]
 
 
 class PartialLineWarning(UserWarning):
     """A recording's last line was being written (no trailing newline, not JSON); skipped."""
+
+
+class RecordingWarning(UserWarning):
+    """A run could not be written to the run store; it is kept in memory and retried."""
+
+
+BUFFER_LIMIT = 10_000
+"""Runs a store-backed recorder keeps in memory while the database is unreachable; beyond
+this the oldest are dropped, with a warning."""
 
 
 def plan_from_steps(
@@ -117,14 +133,24 @@ def load_recording(path: str | Path, tools_path: str | Path | None = None) -> Da
 
 
 class DemonstrationRecorder:
-    """Appends demonstrations to a JSONL file that `dtdr-agents fit --dataset jsonl` reads.
+    """Records finished runs: to a JSONL file (`fit --dataset jsonl`) or a run store.
+
+    A JSONL file is what `dtdr-agents fit --dataset jsonl` reads; a store URL writes each
+    demonstration as a run of `dtdr_agents.store.RunStore` (`dtdr-agents refit --store`).
 
     Safe to share between threads; each demonstration is one ``write`` of one line to a file
     opened in append mode, so concurrent processes do not interleave lines on local disks.
     Every record starts on a fresh line, even after a writer was killed mid-line.
 
+    With a store URL (``sqlite:///runs.db``, ``postgresql://...``) each demonstration is one
+    run of the store. Recording never fails an agent's step: when the database cannot be
+    reached the run stays in memory (a `RecordingWarning`) and is written with the next
+    record that gets through; past `BUFFER_LIMIT` waiting runs the oldest are dropped, with a
+    warning. `dedupe` then covers what this recorder wrote (the store is idempotent by id).
+
     Args:
-        path: The JSONL file (created with its folder if missing; appended to otherwise).
+        path: The JSONL file (created with its folder if missing; appended to otherwise), or
+            a run store URL.
         tools: The tool catalogue; when given, calls to tools outside it are rejected.
         min_calls: Skip runs with fewer tool calls than this (a run without calls teaches the
             retriever only that the plan ends at once).
@@ -144,7 +170,11 @@ class DemonstrationRecorder:
     ) -> None:
         if min_calls < 0:
             raise ValueError(f"min_calls must be >= 0, got {min_calls}")
-        self.path = Path(path)
+        self.url: str | None = str(path) if "://" in str(path) else None
+        self.path = Path(path) if self.url is None else Path()
+        self._store: Any = None
+        self.pending: list[Any] = []
+        self.dropped = 0
         self.tools: Toolset | None = (
             None if tools is None else tools if isinstance(tools, Toolset) else Toolset(tools)
         )
@@ -156,6 +186,11 @@ class DemonstrationRecorder:
         self._lock = threading.Lock()
         self._seen: set[tuple[str, tuple[str, ...], tuple[tuple[int, int], ...] | None]] | None
         self._seen = None
+        if self.url is not None:
+            from dtdr_agents.store import RunStore
+
+            self._store = RunStore(self.url)  # a bad URL or a newer schema fails here, at once
+            self._seen = set()
 
     @staticmethod
     def _key(
@@ -243,14 +278,43 @@ class DemonstrationRecorder:
                     self.skipped += 1
                     return None
                 self._seen.add(key)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            _append_line(self.path, line.encode("utf-8"))
+            if self._store is not None:
+                self._write_run(demo)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                _append_line(self.path, line.encode("utf-8"))
             self.recorded.append(demo)
         return demo
+
+    def _write_run(self, demo: Demonstration) -> None:
+        """Write `demo` and any runs still waiting; keep them in memory if that fails."""
+        from dtdr_agents.store import RunRecord
+
+        self.pending.append(RunRecord.from_demonstration(demo, source="recorder"))
+        try:
+            self._store.add_many(self.pending)
+        except Exception as exc:
+            if len(self.pending) > BUFFER_LIMIT:
+                over = len(self.pending) - BUFFER_LIMIT
+                del self.pending[:over]
+                self.dropped += over
+            warnings.warn(
+                f"run store {self._store.where}: {type(exc).__name__}: {exc}"[:300]
+                + f"; {len(self.pending)} runs wait in memory ({self.dropped} dropped)",
+                RecordingWarning,
+                stacklevel=3,
+            )
+            return
+        self.pending.clear()
 
     def __len__(self) -> int:
         """Demonstrations written by this recorder."""
         return len(self.recorded)
+
+    def close(self) -> None:
+        """Release the run store's connections (a JSONL recorder holds none)."""
+        if self._store is not None:
+            self._store.close()
 
     def load(self, tools_path: str | Path | None = None) -> Dataset:
         """Read the file back as a `Dataset` (with `load_recording`; see `dtdr-agents fit`).

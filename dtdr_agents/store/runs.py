@@ -226,14 +226,15 @@ class RunStore:
 
     def __init__(self, url: str | Path = DEFAULT_URL) -> None:
         self.url = store_url(url)
+        self.where = make_url(self.url).render_as_string(hide_password=True)
+        """The URL without its password, for messages."""
         self.engine = make_engine(self.url)
         try:
             with self.engine.begin() as conn:
                 self.upgraded_from, self.schema_version = upgrade(conn)
         except OperationalError as exc:
             self.engine.dispose()
-            where = make_url(self.url).render_as_string(hide_password=True)
-            raise StoreError(f"cannot open the run store {where}: {exc.orig}") from None
+            raise StoreError(f"cannot open the run store {self.where}: {exc.orig}") from None
         except StoreError:
             self.engine.dispose()
             raise
@@ -304,8 +305,7 @@ class RunStore:
         demos = self.demonstrations(exclude_failures=exclude_failures)
         for demo in demos:
             demo.check_tools(tools)
-        where = make_url(self.url).render_as_string(hide_password=True)
-        return Dataset(name="store", tools=tools, demos=demos, source=where)
+        return Dataset(name="store", tools=tools, demos=demos, source=self.where)
 
     def close(self) -> None:
         """Release the database connections."""
