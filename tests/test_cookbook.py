@@ -9,6 +9,7 @@ no arguments as a subprocess is marked slow.
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ MARKERS = {
     "swap_retriever.py": "next planned tool among the bound tools",
     "record_refit.py": "seed + runs: MRR",
     "middleware_agent.py": "bound:",
+    "fleet.py": "0 failed; each agent's first turn on v000002",
 }
 SCRIPTS = list(MARKERS)
 TESTED_ELSEWHERE = {
@@ -86,6 +88,18 @@ def test_record_refit(
     assert (tmp_path / "runs.jsonl").read_text().count("\n") == 12
     assert (tmp_path / "model").is_dir()
     assert "seed + runs: MRR" in out
+
+
+def test_fleet(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    script = load("fleet.py", monkeypatch)
+    args = ["--encoder", "tfidf", "--agents", "2", "--runs", "12", "--after", "1.5"]
+    assert script.main([*args, "--json", str(tmp_path / "fleet.json")]) == 0
+    out = capsys.readouterr().out
+    assert "0 failed; each agent's first turn on v000002" in out
+    figures = json.loads((tmp_path / "fleet.json").read_text())
+    assert figures["failed"] == 0 and all(s is not None for s in figures["takeup_s"].values())
 
 
 def test_middleware_agent(
