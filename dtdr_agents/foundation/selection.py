@@ -229,6 +229,31 @@ def _cut(probs: np.ndarray, policy: SelectionPolicy) -> int:
     return max(keep, min(policy.min_k, positive))
 
 
+PROVIDER_MAX_TOOLS: dict[str, int] = {
+    "openai": 128,  # Chat Completions / Responses `tools`: "A max of 128 functions are supported"
+    "vertexai": 64,  # Vertex AI / Firebase `functionDeclarations`: "Maximum 64 ... can be provided"
+}
+"""Published limits on the tools of one request, for `SelectionPolicy.max_tools`
+(`for_provider`). Providers that publish no limit are not listed."""
+
+
+def for_provider(provider: str, **fields: Any) -> SelectionPolicy:
+    """`SelectionPolicy(**fields)` capped at `provider`'s published tool limit.
+
+    Raises:
+        ValueError: `provider` has no preset, or `max_tools` in `fields` is above the limit.
+    """
+    limit = PROVIDER_MAX_TOOLS.get(provider)
+    if limit is None:
+        raise ValueError(
+            f"no max_tools preset for provider {provider!r}; presets: {sorted(PROVIDER_MAX_TOOLS)}"
+        )
+    cap = fields.pop("max_tools", None)
+    if cap is not None and cap > limit:
+        raise ValueError(f"SelectionPolicy.max_tools={cap} is above {provider}'s limit of {limit}")
+    return SelectionPolicy(max_tools=limit if cap is None else cap, **fields)
+
+
 DEFAULT = SelectionPolicy()
 """The one default: the 5 best tools with some probability, hard mask, no cache."""
 

@@ -101,6 +101,15 @@ class StepSelector:
         self.wide_policy = dataclasses.replace(
             self.policy, k=widen_k, threshold=None, coverage=None, include_zero=True
         )
+        if (
+            binds_all_tools(self.mode)
+            and self.policy.max_tools is not None
+            and len(self.toolset) > self.policy.max_tools
+        ):
+            raise ValueError(
+                f"SelectionPolicy.max_tools is {self.policy.max_tools} but mode "
+                f"{self.mode!r} binds every tool ({len(self.toolset)}): use a hard mode"
+            )
         cap = self.policy.cache_cap
         self.cache_cap = cap if cap is not None else (len(self.toolset) if k is None else 3 * k)
         self.binder = BINDERS[self.policy.cache]
@@ -290,6 +299,8 @@ class StepSelector:
             budget = policy.max_schema_tokens
             if budget is not None and sum(self.schema_tokens[n] for n in bound) > budget:
                 bound = prompt.bound  # over budget: restart from the step's selection
+            if policy.max_tools is not None and len(bound) > policy.max_tools:
+                bound = prompt.bound  # over the cap (a grown or recommended list): the selection
         return StepRecord(
             query=query,
             history=hist,

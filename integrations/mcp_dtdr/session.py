@@ -137,9 +137,12 @@ class _State:
     def exposed(self) -> tuple[str, ...]:
         """Upstream tool names the session may call, in the order they are listed."""
         names = list(self.step.bound if self.step is not None else ())
-        for name in (*self.catalogue.selector.policy.always_include, *self.found):
+        policy = self.catalogue.selector.policy
+        for name in (*policy.always_include, *self.found):
             if name not in names:
                 names.append(name)
+        if policy.max_tools is not None:  # the client's model sees the meta-tools as well
+            names = names[: max(0, policy.max_tools - len(_META_TOOLS))]
         return tuple(names)
 
 
