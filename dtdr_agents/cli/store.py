@@ -54,6 +54,7 @@ def cmd_store_bench(args: argparse.Namespace) -> int:
     """Writer processes into SQLite and PostgreSQL; print (and write) the load figures."""
     import json
 
+    from dtdr_agents.evaluation.report import provenance
     from dtdr_agents.evaluation.store_bench import store_bench
     from dtdr_agents.foundation.atomic import atomic_write_text
 
@@ -61,6 +62,7 @@ def cmd_store_bench(args: argparse.Namespace) -> int:
         raise CLIError("--writers and --runs must be at least 1")
     postgres = None if args.postgres == "off" else args.postgres
     result = store_bench(writers=args.writers, runs=args.runs, postgres=postgres)
+    result["provenance"] = provenance([], args.argv)
     for backend in ("sqlite", "postgresql"):
         row = result.get(backend)
         if row is None:
