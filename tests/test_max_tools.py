@@ -60,3 +60,21 @@ def test_a_mode_that_binds_every_tool_is_refused_over_the_cap(setup) -> None:  #
         ValueError, match=r"max_tools is 10 but mode 'soft' binds every tool \(21\)"
     ):
         StepSelector(data.tools, retriever, policy=policy)
+
+
+def test_the_mcp_proxy_counts_its_meta_tools_against_the_cap() -> None:
+    pytest.importorskip("mcp")
+    from types import SimpleNamespace
+
+    from mcp_dtdr.names import _META_TOOLS
+    from mcp_dtdr.session import _State
+
+    policy = SelectionPolicy(k=4, max_tools=5, always_include=("e",))
+    catalogue = SimpleNamespace(selector=SimpleNamespace(policy=policy))
+    step = SimpleNamespace(bound=("a", "b", "c", "d"))
+    state = _State(catalogue=catalogue, step=step, found=("f",))  # type: ignore[arg-type]
+    assert len(_META_TOOLS) == 2
+    assert state.exposed() == ("a", "b", "c")  # 3 upstream tools + 2 meta-tools = 5
+    free = dataclasses.replace(policy, max_tools=None)
+    catalogue.selector.policy = free
+    assert state.exposed() == ("a", "b", "c", "d", "e", "f")
