@@ -257,6 +257,10 @@ def test_the_recorder_writes_runs_to_a_store_and_never_fails_a_step(tmp_path: Pa
     recorder._store = RunStore(db)  # the database is back
     assert recorder.record("weather in Rome right now", calls=["weather"])
     assert recorder.pending == []
+    assert sorted(d.query for d in recorder.load().demos) == [
+        "convert 3 miles to km please",
+        "weather in Rome right now",
+    ]
     with RunStore(db) as store:
         assert sorted(r.request for r in store.iter_runs()) == [
             "convert 3 miles to km please",

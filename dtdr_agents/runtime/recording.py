@@ -322,10 +322,28 @@ class DemonstrationRecorder:
         A partial last line (another process is writing it) is skipped with a
         `PartialLineWarning`; any other malformed line raises `DatasetFormatError`.
 
+        A store-backed recorder reads the store's runs instead (`RunStore.dataset`; failed
+        runs left out), which needs a catalogue: `tools_path` or this recorder's tools.
+
         Args:
             tools_path: The tools file; default: this recorder's catalogue if it has one
                 (written next to the JSONL file as ``<name>.tools.json``), else none.
+
+        Raises:
+            ValueError: A store-backed recorder with no catalogue.
         """
+        if self._store is not None:
+            tools = self.tools
+            if tools_path is not None:
+                from dtdr_agents.datasets.jsonl import load_tools
+
+                tools = load_tools(tools_path)
+            if tools is None:
+                raise ValueError(
+                    f"reading the run store {self._store.where} back needs a catalogue: "
+                    "pass tools_path or build the recorder with tools="
+                )
+            return self._store.dataset(tools)  # type: ignore[no-any-return]
         if tools_path is None and self.tools is not None:
             tools_path = self.write_tools(self.path.with_suffix(".tools.json"), self.tools)
         return load_recording(self.path, tools_path)
