@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"2. {args.agents} agents run and record into {store.where}")
     plans = {d.query: d.calls for d in data.demos}
     stop, log = threading.Event(), []
-    threads, reloaders = [], []
+    threads = []
     for a in range(args.agents):
         models = Reloader(pub, load_retriever, poll_interval=args.poll)
         recorder = DemonstrationRecorder(url, tools=data.tools, id_prefix=f"agent{a}")
@@ -107,7 +107,6 @@ def main(argv: list[str] | None = None) -> int:
             target=run_agent, args=(f"agent{a}", graph, models, mine, stop, log)
         )
         threads.append(thread)
-        reloaders.append(models)
         thread.start()
     with RunStore(url) as store:  # every request recorded once (repeats are not recorded again)
         while store.count() < len(seed) + len(requests) and all(t.is_alive() for t in threads):
