@@ -6,12 +6,13 @@ import argparse
 from typing import Any
 
 from dtdr_agents.cli._common import CLIError, split_ids
+from dtdr_agents.store.errors import StoreError
 
 INSTALL_HINT = "the MCP proxy needs the mcp extra: pip install 'dtdr-agents[mcp]'"
 
 
 def cmd_mcp_proxy(args: argparse.Namespace) -> int:
-    """Run the proxy over stdin/stdout until the client disconnects."""
+    """Run the proxy over stdin/stdout (or streamable HTTP) until it is stopped."""
     upstream = list(args.upstream)
     if upstream and upstream[0] == "--":
         upstream = upstream[1:]
@@ -22,6 +23,17 @@ def cmd_mcp_proxy(args: argparse.Namespace) -> int:
         )
     if args.k < 1 or args.timeout <= 0:
         raise CLIError("-k must be >= 1 and --timeout > 0 seconds")
+    if args.reload_interval <= 0:
+        raise CLIError(f"--reload-interval must be > 0 seconds, got {args.reload_interval:g}")
+    http = args.transport == "streamable-http"
+    if not http and (args.host is not None or args.port is not None):
+        raise CLIError(
+            "--host and --port are options of --transport streamable-http (stdio serves "
+            "one client over stdin/stdout)"
+        )
+    port = 8000 if args.port is None else args.port
+    if not 0 <= port <= 65535:
+        raise CLIError(f"--port must be from 0 to 65535 (0: a free port), got {port}")
     try:
         from mcp_dtdr import run_proxy
     except ImportError as exc:
@@ -35,9 +47,15 @@ def cmd_mcp_proxy(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             search_k=args.search_k,
             cache=args.cache,
+            transport=args.transport,
+            host=args.host or "127.0.0.1",
+            port=port,
+            reload_interval=args.reload_interval,
         )
     except ValueError as exc:
         raise CLIError(str(exc)) from exc
+    except StoreError as exc:  # a publish folder with no version that loads
+        raise CLIError(f"--model {args.model}: {exc}") from exc
     return 0
 
 
@@ -47,7 +65,8 @@ def add_commands(sub: Any) -> None:
         "mcp-proxy",
         help="serve an upstream MCP server's tools, only those ranked for the next step",
         description=(
-            "Speak MCP over stdio to a client and start the upstream MCP server (the command "
+            "Speak MCP over stdio to a client (or over streamable HTTP to many clients, each "
+            "MCP session with its own task) and start the upstream MCP server (the command "
             "after --) over stdio. The client sees at most k upstream tools, re-ranked from its "
             "task (set_task) and the calls made so far, plus set_task and search_tools."
         ),
@@ -55,8 +74,26 @@ def add_commands(sub: Any) -> None:
     p.add_argument(
         "--model",
         default=None,
-        help="a retriever folder (dtdr-agents fit -o DIR); without it, a zero-shot retriever "
-        "is fitted on the upstream's tools (no demonstrations)",
+        help="a retriever folder (dtdr-agents fit -o DIR), or a publish folder (DIR or "
+        "DIR/latest: new versions are taken up between steps); without it, a zero-shot "
+        "retriever is fitted on the upstream's tools (no demonstrations)",
+    )
+    p.add_argument(
+        "--transport",
+        choices=("stdio", "streamable-http"),
+        default="stdio",
+        help="stdio (one client, the default) or streamable-http (many clients at "
+        "http://HOST:PORT/mcp)",
+    )
+    p.add_argument("--host", default=None, help="streamable-http: address to listen on (127.0.0.1)")
+    p.add_argument(
+        "--port", type=int, default=None, help="streamable-http: port (8000; 0 picks a free one)"
+    )
+    p.add_argument(
+        "--reload-interval",
+        type=float,
+        default=5.0,
+        help="seconds between looks for a newly published version (publish folder only)",
     )
     p.add_argument("-k", type=int, default=5, help="upstream tools exposed per step")
     p.add_argument("--always-include", default="", help="comma-separated tools always exposed")

@@ -1,8 +1,11 @@
 """A history-aware MCP proxy: expose only the upstream tools ranked for the session's next step.
 
-The proxy speaks MCP over stdio to its client and starts the upstream server over stdio. A
-session sees at most `k` retrieved upstream tools (plus ``always_include`` and the tools its
-last ``search_tools`` found) and two meta-tools:
+The proxy speaks MCP over stdio to its client (or over the SDK's streamable HTTP transport to
+many clients, `serve_proxy_http`: each MCP session is a `ProxySession` with its own request,
+history and found tools, over one shared catalogue, retriever and upstream connection) and
+starts the upstream server over stdio. Started on a publish folder (`reloading`), it takes up
+newly published versions between steps. A session sees at most `k` retrieved upstream tools
+(plus ``always_include`` and the tools its last ``search_tools`` found) and two meta-tools:
 
 * ``set_task(request)`` sets the session's request (the user's task) and re-ranks;
 * ``search_tools(query)`` is an explicit look-up that also makes the found tools callable.
@@ -15,7 +18,7 @@ upstream that fails to start, dies, answers too slowly or lists duplicate tool n
 reported to the client as an MCP error naming the cause; every upstream request has a
 time-out. When the upstream sends ``notifications/tools/list_changed``, the proxy lists its
 tools again, retargets the retriever (`ToolRetriever.set_tools`) and the session, and tells
-the client if its list changed; dropped tools are no longer listed or callable.
+every client whose list changed; dropped tools are no longer listed or callable.
 
 A session's state is one immutable snapshot replaced whole by each change, so that a
 ``tools/list`` answered while ``set_task`` runs (the SDK runs requests concurrently) is
@@ -36,8 +39,11 @@ protocol (where change notifications travel only on such streams).
 from __future__ import annotations
 
 import contextlib
+import socket
+import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +52,12 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from dtdr_agents.foundation.errors import DTDRError
 from dtdr_agents.foundation.selection import SelectionPolicy
@@ -59,6 +67,7 @@ from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.runtime import (
     DEFAULT_RETRIEVER,
 )
+from dtdr_agents.store.publishing import Reloader
 from mcp_dtdr.names import (
     SEARCH_TOOLS,
     SET_TASK,
@@ -66,7 +75,15 @@ from mcp_dtdr.names import (
     NameClashWarning,
     listed_names,
 )
-from mcp_dtdr.session import ProxyConfig, ProxySession, _core_tool, _selector
+from mcp_dtdr.reloading import publish_root, published_models
+from mcp_dtdr.session import (
+    ProxyConfig,
+    ProxySession,
+    _Catalogue,
+    _catalogue,
+    _core_tool,
+    _selector,
+)
 from mcp_dtdr.upstream import Upstream, UpstreamError, _mcp_error, _upstream_argv
 
 __all__ = [
@@ -82,6 +99,7 @@ __all__ = [
     "listed_names",
     "run_proxy",
     "serve_proxy",
+    "serve_proxy_http",
 ]
 
 
@@ -99,49 +117,123 @@ def build_server(upstream: Upstream, retriever: ToolRetriever | None, config: Pr
     return an MCP error saying why. The server does not follow the upstream's tool changes;
     `serve_proxy` does.
     """
-    return _build(upstream, retriever, config)[0]
+    return _build(upstream, retriever, config).server
+
+
+@dataclass
+class _Client:
+    """One client's session and the channel to tell it that its tools changed."""
+
+    session: ProxySession
+    notifier: Any = None  # the latest request's `ServerSession`: its connection's channel
+
+
+def _forget_on_close(ctx: ServerRequestContext[Any], forget: Callable[[], object]) -> None:
+    """Call `forget` when the client's connection closes (its MCP session ends).
+
+    The SDK unwinds each connection's ``exit_stack`` when it closes; a handler reaches it
+    through the request's `ServerSession`.
+    """
+    connection = getattr(ctx.session, "_connection", None)
+    stack = getattr(connection, "exit_stack", None)
+    if isinstance(stack, AsyncExitStack):
+        stack.callback(forget)
+
+
+@dataclass
+class _Built:
+    """The proxy's server and what runs beside it.
+
+    Attributes:
+        server: The MCP `Server`.
+        follow_upstream: Follows the upstream's tool changes (None: the upstream is unusable).
+        sessions: The live sessions of the clients, by MCP session id (streamable HTTP;
+            ``""`` on stdio, where one connection has one session).
+        reloader: The `Reloader` of published versions, when the proxy serves one.
+    """
+
+    server: Any
+    follow_upstream: Callable[[], Coroutine[Any, Any, None]] | None
+    sessions: dict[str, _Client]
+    reloader: Reloader[Any] | None
 
 
 def _build(
-    upstream: Upstream, retriever: ToolRetriever | None, config: ProxyConfig
-) -> tuple[Any, Callable[[], Coroutine[Any, Any, None]] | None]:
+    upstream: Upstream,
+    retriever: ToolRetriever | Reloader[Any] | None,
+    config: ProxyConfig,
+    *,
+    per_connection: bool = False,
+) -> _Built:
     """The server (see `build_server`) and the task that follows the upstream's tool changes.
 
-    The task (None when the upstream is unusable) waits for each upstream
+    With `per_connection`, each client connection (an MCP session of the streamable HTTP
+    transport) gets its own `ProxySession`: its own request, history and found tools, over
+    the one shared catalogue and retriever. Rankings of all sessions take turns (one lock):
+    they share the retriever, which the upstream's tool changes retarget.
+
+    The follow task (None when the upstream is unusable) waits for each upstream
     ``notifications/tools/list_changed``, lists the upstream's tools again, retargets the
-    retriever and the session, and tells the client when its list changed.
+    retriever and every live session, and tells each client whose list changed.
     """
-    session: ProxySession | None = None
+    lock = anyio.Lock()  # held around every ranking: the sessions share the retriever
+    catalogue: _Catalogue | None = None
     if upstream.session is not None:
         try:
             toolset = Toolset([_core_tool(t) for t in upstream.tools])
             if retriever is None:
                 retriever = make_retriever(DEFAULT_RETRIEVER).fit([], toolset)
-            session = ProxySession(
+            catalogue = _catalogue(
                 _selector(toolset, retriever, config, strict=True),
                 {t.name: t for t in upstream.tools},
-                search_k=config.search_k or config.k,
             )
         except DTDRError as exc:
             upstream.session = None
             upstream.error = str(exc)
-
+    search_k = config.search_k or config.k
+    clients: dict[str, _Client] = {}  # by MCP session id ("" on stdio: one connection)
     bus = InMemorySubscriptionBus()
-    clients: list[Any] = []  # the connection's server session, once it sent a request
 
     def live(ctx: ServerRequestContext[Any]) -> ProxySession:
-        if not any(c is ctx.session for c in clients):
-            clients.append(ctx.session)
+        key = ""
+        if per_connection:
+            request = ctx.request
+            headers = getattr(request, "headers", None)
+            key = headers.get(MCP_SESSION_ID_HEADER, "") if headers is not None else ""
+            if not key:
+                raise _mcp_error(
+                    "dtdr-agents mcp-proxy over streamable HTTP keeps each client's task in its "
+                    f"MCP session, and this request has none (protocol {ctx.protocol_version}): "
+                    "connect with the initialize handshake (protocol "
+                    f"{HANDSHAKE_PROTOCOL_VERSIONS[-1]} or older)",
+                    types.INVALID_REQUEST,
+                )
+        client = clients.get(key)
+        if client is None:
+            upstream.check()
+            assert catalogue is not None
+            client = _Client(ProxySession.over(catalogue, search_k=search_k, lock=lock))
+            clients[key] = client
+            if per_connection:  # on stdio, a 2026-07-28 client's requests close connections
+                _forget_on_close(ctx, lambda: clients.pop(key, None))
+        client.notifier = ctx.session  # the connection's channel, for change notifications
         upstream.check()
-        assert session is not None
-        return session
+        return client.session
 
-    async def notify(ctx_session: Any | None) -> None:
-        """Tell the clients that the list of tools changed."""
-        for client in [ctx_session] if ctx_session is not None else clients:
-            with contextlib.suppress(Exception):  # a client that cannot take it still polls
-                await client.send_tool_list_changed()  # handshake-era clients
+    async def notify(notifiers: Sequence[Any]) -> None:
+        """Tell these clients that their list of tools changed."""
+
+        async def send(notifier: Any) -> None:
+            with contextlib.suppress(Exception), anyio.move_on_after(config.timeout):
+                await notifier.send_tool_list_changed()  # handshake-era clients
+
+        async with anyio.create_task_group() as tg:
+            for notifier in notifiers:  # a client that cannot take it still polls
+                tg.start_soon(send, notifier)
         await bus.publish(ToolsListChanged())  # 2026-07-28 clients' listen streams
+
+    async def notify_all() -> None:
+        await notify([c.notifier for c in list(clients.values())])
 
     async def on_list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -178,37 +270,47 @@ def _build(
                 await anyio.to_thread.run_sync(sess.record_call, name)
                 after = sess.exposed()
         if after != before:
-            await notify(ctx.session)
+            await notify([ctx.session])
         return result
 
-    def retarget(toolset: Toolset, tools: Sequence[types.Tool]) -> None:
-        """Rank and expose the upstream's new `tools` (in a worker thread, under the lock)."""
-        assert session is not None and retriever is not None
+    def retarget(toolset: Toolset, tools: Sequence[types.Tool]) -> _Catalogue:
+        """The catalogue of the upstream's new `tools` (in a worker thread, under the lock)."""
+        assert catalogue is not None and retriever is not None
         selector = _selector(toolset, retriever, config, strict=False)
-        session.set_catalogue(selector, {t.name: t for t in tools})
+        return _catalogue(selector, {t.name: t for t in tools}, catalogue.listed)
+
+    def move(sessions: Sequence[ProxySession], new: _Catalogue) -> None:
+        """Re-rank each session's task over the new catalogue (in a worker thread)."""
+        for session in sessions:
+            if session.state.catalogue is not new:
+                session.use_catalogue(new)
 
     async def follow_upstream() -> None:
-        assert session is not None
+        nonlocal catalogue
         async for _ in upstream.changes:
             try:
                 tools = await upstream.refresh()
             except MCPError:  # the upstream is now unusable: every request says why
-                await notify(None)
+                await notify_all()
                 return
             try:
                 toolset = Toolset([_core_tool(t) for t in tools])
-                async with session.lock:  # no ranking runs while the retriever is retargeted
-                    before = session.list_tools()
-
-                    await anyio.to_thread.run_sync(retarget, toolset, tools)
-                    after = session.list_tools()
+                async with lock:  # no ranking runs while the retriever is retargeted
+                    before = {id(c): c.session.list_tools() for c in list(clients.values())}
+                    new = await anyio.to_thread.run_sync(retarget, toolset, tools)
+                    catalogue = new  # sessions opened from now on start on it
+                    now = list(clients.values())
+                    await anyio.to_thread.run_sync(move, [c.session for c in now], new)
+                    changed = [
+                        c.notifier for c in now if c.session.list_tools() != before.get(id(c))
+                    ]
             except DTDRError as exc:
                 upstream.session = None
                 upstream.error = f"the upstream's new list of tools cannot be used: {exc}"
-                await notify(None)
+                await notify_all()
                 return
-            if after != before:
-                await notify(None)
+            if changed:
+                await notify(changed)
 
     server = Server(
         "dtdr-agents-mcp-proxy",
@@ -220,32 +322,148 @@ def _build(
         on_call_tool=on_call_tool,
         on_subscriptions_listen=ListenHandler(bus),
     )
-    return server, follow_upstream if session is not None else None
+    return _Built(
+        server=server,
+        follow_upstream=follow_upstream if catalogue is not None else None,
+        sessions=clients,
+        reloader=retriever if isinstance(retriever, Reloader) else None,
+    )
+
+
+async def _poll_models(reloader: Reloader[Any], interval: float) -> None:
+    """Look for a newly published version every `interval` seconds (outside any step).
+
+    A version taken up serves from the next step on (`StepSelector` with a `Reloader`); one
+    that does not load is refused (`Reloader.reload`) and the running version keeps serving.
+    """
+    refused = set(reloader.refused)
+    while True:
+        await anyio.sleep(interval)
+        running = reloader.version.name
+        await anyio.to_thread.run_sync(reloader.reload)
+        if reloader.version.name != running:
+            _say(f"serving {reloader.version.name} of {reloader.root} from the next step")
+        for name in set(reloader.refused) - refused:
+            _say(f"{name} is refused ({reloader.refused[name]}); {running} keeps serving")
+        refused = set(reloader.refused)
+
+
+def _say(text: str) -> None:
+    """One line to stderr (the client's channel is stdout on stdio)."""
+    print(f"dtdr-agents mcp-proxy: {text}", file=sys.stderr, flush=True)
+
+
+async def _run_beside(built: _Built, reload_interval: float | None, main: Any) -> None:
+    """Run `main()` with the upstream follower and the model poller beside it."""
+    async with anyio.create_task_group() as tg:
+        if built.follow_upstream is not None:
+            tg.start_soon(built.follow_upstream)
+        if built.reloader is not None and reload_interval is not None:
+            tg.start_soon(_poll_models, built.reloader, reload_interval)
+        await main()
+        tg.cancel_scope.cancel()
 
 
 async def serve_proxy(
-    retriever: ToolRetriever | None,
+    retriever: ToolRetriever | Reloader[Any] | None,
     upstream_argv: Sequence[str],
     read_stream: ReadStream[SessionMessage | Exception],
     write_stream: WriteStream[SessionMessage],
     config: ProxyConfig,
     *,
     env: Mapping[str, str] | None = None,
+    reload_interval: float | None = None,
 ) -> None:
     """Start the upstream and serve one client on the given streams until it disconnects.
 
-    `retriever` None fits a zero-shot default retriever on the upstream's tools.
+    `retriever` None fits a zero-shot default retriever on the upstream's tools; a
+    `Reloader` (`published_models`) is polled every `reload_interval` seconds.
     """
     argv = _upstream_argv(upstream_argv)
     async with AsyncExitStack() as stack:
         upstream = await Upstream.start(stack, argv, timeout=config.timeout, env=env)
-        server, follow_upstream = _build(upstream, retriever, config)
-        options = server.create_initialization_options(NotificationOptions(tools_changed=True))
-        async with anyio.create_task_group() as tg:
-            if follow_upstream is not None:
-                tg.start_soon(follow_upstream)
-            await server.run(read_stream, write_stream, options)
-            tg.cancel_scope.cancel()
+        built = _build(upstream, retriever, config)
+        options = built.server.create_initialization_options(
+            NotificationOptions(tools_changed=True)
+        )
+        await _run_beside(
+            built,
+            reload_interval,
+            lambda: built.server.run(read_stream, write_stream, options),
+        )
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to `host`:`port` (0: a free port), for `serve_proxy_http`.
+
+    Raises:
+        ValueError: The port is out of range, or the address cannot be bound (in use, not
+            an address of this machine, no permission).
+    """
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"port must be an integer from 0 to 65535, got {port!r}")
+    if not isinstance(host, str) or not host:
+        raise ValueError(f"host must be a host name or address, got {host!r}")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ValueError(f"host {host!r} cannot be resolved: {exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+async def serve_proxy_http(
+    retriever: ToolRetriever | Reloader[Any] | None,
+    upstream_argv: Sequence[str],
+    sock: socket.socket,
+    config: ProxyConfig,
+    *,
+    env: Mapping[str, str] | None = None,
+    reload_interval: float | None = None,
+    path: str = "/mcp",
+    ready: Callable[[str], None] | None = None,
+) -> None:
+    """Start the upstream and serve many clients over streamable HTTP on `sock` until stopped.
+
+    Each MCP session (the SDK's `StreamableHTTPSessionManager`, run by uvicorn) gets its own
+    `ProxySession`; all share the one upstream connection, catalogue and retriever.
+    `ready(url)` is called once the server accepts connections. SIGINT/SIGTERM stop it.
+    """
+    import uvicorn  # a dependency of mcp
+
+    argv = _upstream_argv(upstream_argv)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    async with AsyncExitStack() as stack:
+        upstream = await Upstream.start(stack, argv, timeout=config.timeout, env=env)
+        if upstream.session is None:
+            _say(f"the upstream is unusable; every request will say why: {upstream.error}")
+        built = _build(upstream, retriever, config, per_connection=True)
+        app = built.server.streamable_http_app(streamable_http_path=path, host=host)
+        web = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+        )
+
+        async def main() -> None:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(web.serve, [sock])
+                while not web.started and not web.should_exit:
+                    await anyio.sleep(0.02)
+                if web.started and ready is not None:
+                    ready(f"http://{shown}:{port}{path}")
+
+        await _run_beside(built, reload_interval, main)
+
+
+TRANSPORTS = ("stdio", "streamable-http")
 
 
 def run_proxy(
@@ -259,12 +477,18 @@ def run_proxy(
     cache: str = "off",
     env: Mapping[str, str] | None = None,
     policy: SelectionPolicy | None = None,
+    transport: str = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    reload_interval: float = 5.0,
 ) -> None:
-    """Run the proxy over this process's stdin/stdout until the client disconnects.
+    """Run the proxy over this process's stdin/stdout (or streamable HTTP) until stopped.
 
     Args:
         model_dir: A retriever saved with `save` / ``dtdr-agents fit``; the upstream's tools
             may differ from its catalogue (new tools are ranked by a query-similarity prior).
+            A publish folder (``DIR`` or ``DIR/latest``, `dtdr_agents.store.publish`) serves
+            its current version and takes up newly published ones between steps.
             None: a zero-shot `dtdr_agents.runtime.DEFAULT_RETRIEVER` fitted on the upstream's
             tools with no demonstrations (it ranks by relevance; what typically follows a
             call is learned only from demonstrations).
@@ -277,15 +501,27 @@ def run_proxy(
         env: Environment of the upstream process (default: the SDK's safe default).
         policy: The `SelectionPolicy` of every step (`ProxyConfig.policy`); `k`,
             `always_include` and `cache` are shorthands for its fields.
+        transport: ``"stdio"`` (one client) or ``"streamable-http"`` (many clients, each
+            MCP session with its own task, at ``http://HOST:PORT/mcp``).
+        host: The address to listen on (streamable HTTP).
+        port: The port to listen on (streamable HTTP; 0 picks a free one, printed on stderr).
+        reload_interval: Seconds between looks for a newly published version.
 
     Raises:
         ModelLoadError: The model folder cannot be loaded.
-        ValueError: Invalid options or an empty upstream command.
+        PublishError: The publish folder has no version, or its current one does not load.
+        ValueError: Invalid options (transport, port, interval), an address that cannot be
+            bound, or an empty upstream command.
         TypeError: `upstream_argv` is a single string instead of a list.
     """
     argv = _upstream_argv(upstream_argv)
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport must be one of {list(TRANSPORTS)}, got {transport!r}")
     if isinstance(always_include, str):  # tuple() would split it into letters
         raise ValueError(f"always_include must be a list of tool names, got {always_include!r}")
+    interval = reload_interval
+    if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval > 0:
+        raise ValueError(f"reload_interval must be > 0 seconds, got {interval!r}")
     config = ProxyConfig(
         k=k,
         always_include=tuple(always_include),
@@ -294,10 +530,31 @@ def run_proxy(
         cache=cache,
         policy=policy,
     )
-    retriever = load_retriever(model_dir) if model_dir is not None else None
+    sock = listen(host, port) if transport == "streamable-http" else None
+    try:
+        retriever: ToolRetriever | Reloader[Any] | None = None
+        if model_dir is not None:
+            root = publish_root(model_dir)
+            retriever = load_retriever(model_dir) if root is None else published_models(root)
 
-    async def main() -> None:
-        async with stdio_server() as (read, write):
-            await serve_proxy(retriever, argv, read, write, config, env=env)
+        async def main() -> None:
+            if sock is None:
+                async with stdio_server() as (read, write):
+                    await serve_proxy(
+                        retriever, argv, read, write, config, env=env, reload_interval=interval
+                    )
+            else:
+                await serve_proxy_http(
+                    retriever,
+                    argv,
+                    sock,
+                    config,
+                    env=env,
+                    reload_interval=interval,
+                    ready=lambda url: _say(f"serving MCP over streamable HTTP at {url}"),
+                )
 
-    anyio.run(main)
+        anyio.run(main)
+    finally:
+        if sock is not None:
+            sock.close()

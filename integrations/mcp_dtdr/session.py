@@ -24,6 +24,7 @@ from dtdr_agents.runtime import (
     check_int,
     fitted_tools,
 )
+from dtdr_agents.store.publishing import Reloader
 from mcp_dtdr.names import (
     _META_TOOLS,
     SEARCH_TOOLS,
@@ -32,6 +33,7 @@ from mcp_dtdr.names import (
     _warn_renamed,
     listed_names,
 )
+from mcp_dtdr.reloading import RetargetingLoad
 from mcp_dtdr.upstream import UpstreamError, _mcp_error
 
 
@@ -124,6 +126,24 @@ class _Catalogue:
     by_listed: Mapping[str, str]  # the upstream name, by listed name
 
 
+def _catalogue(
+    selector: StepSelector,
+    upstream_tools: Mapping[str, types.Tool],
+    previous: Mapping[str, str] | None = None,
+) -> _Catalogue:
+    """The catalogue of the upstream's tools, warning about renamed tools.
+
+    With `previous` (the names listed before), only newly renamed tools are warned about.
+    """
+    if previous is None:
+        listed = listed_names(list(upstream_tools))
+    else:
+        renamed = _renamed(list(upstream_tools))
+        _warn_renamed({n: new for n, new in renamed.items() if previous.get(n) != new})
+        listed = {name: renamed.get(name, name) for name in upstream_tools}
+    return _Catalogue(selector, dict(upstream_tools), listed, {new: n for n, new in listed.items()})
+
+
 @dataclass(frozen=True)
 class _State:
     """A snapshot of what a session sees; replaced whole, never changed in place."""
@@ -170,19 +190,24 @@ class ProxySession:
         upstream_tools: Mapping[str, types.Tool],
         *,
         search_k: int,
+        lock: anyio.Lock | None = None,
     ) -> None:
+        self._start(_catalogue(selector, upstream_tools), search_k, lock)
+
+    def _start(self, catalogue: _Catalogue, search_k: int, lock: anyio.Lock | None) -> None:
         self.search_k = search_k
-        self.lock = anyio.Lock()
+        self.lock = lock if lock is not None else anyio.Lock()
         self.steps: list[StepRecord] = []
-        listed = listed_names(list(upstream_tools))
-        self.state = _State(
-            _Catalogue(
-                selector,
-                dict(upstream_tools),
-                listed,
-                {shown: name for name, shown in listed.items()},
-            )
-        )
+        self.state = _State(catalogue)
+
+    @classmethod
+    def over(
+        cls, catalogue: _Catalogue, *, search_k: int, lock: anyio.Lock | None = None
+    ) -> ProxySession:
+        """A new session over a catalogue shared with other sessions (and their `lock`)."""
+        session = cls.__new__(cls)
+        session._start(catalogue, search_k, lock)
+        return session
 
     @property
     def selector(self) -> StepSelector:
@@ -283,18 +308,16 @@ class ProxySession:
         Tools that left are no longer exposed or callable (nor found by the last search);
         the history keeps their calls. Warns about newly renamed tools (`listed_names`).
         """
+        self.use_catalogue(_catalogue(selector, upstream_tools, self.state.catalogue.listed))
+
+    def use_catalogue(self, catalogue: _Catalogue) -> None:
+        """Switch to a new catalogue (see `set_catalogue`) and re-rank the current task."""
         state = self.state
-        renamed = _renamed(list(upstream_tools))
-        _warn_renamed(
-            {n: new for n, new in renamed.items() if state.catalogue.listed.get(n) != new}
-        )
-        listed = {name: renamed.get(name, name) for name in upstream_tools}
-        cat = _Catalogue(
-            selector, dict(upstream_tools), listed, {new: n for n, new in listed.items()}
-        )
-        found = tuple(n for n in state.found if n in upstream_tools)
+        found = tuple(n for n in state.found if n in catalogue.tools)
         # the previous step may bind tools that left: the binding starts afresh
-        self.state = self._ranked(dataclasses.replace(state, catalogue=cat, found=found), None)
+        self.state = self._ranked(
+            dataclasses.replace(state, catalogue=catalogue, found=found), None
+        )
 
     def callable_names(self) -> tuple[str, ...]:
         """The listed names of the exposed upstream tools (what clients call them)."""
@@ -314,10 +337,16 @@ class ProxySession:
 
 
 def _selector(
-    toolset: Toolset, retriever: ToolRetriever, config: ProxyConfig, *, strict: bool
+    toolset: Toolset,
+    retriever: ToolRetriever | Reloader[Any],
+    config: ProxyConfig,
+    *,
+    strict: bool,
 ) -> StepSelector:
     """The step selector over the upstream's `toolset`; retargets `retriever` to it.
 
+    `retriever` may be a `Reloader` of published versions: its running version is retargeted
+    and, with a `RetargetingLoad`, so are the versions it loads later.
     `strict`: an ``always_include`` name the upstream does not list is an error (at start-up);
     otherwise (after the upstream's tools changed) it is left out until the tool comes back.
     """
@@ -326,8 +355,14 @@ def _selector(
     missing = [n for n in always if not toolset.has(n)]
     if missing and strict:
         raise UpstreamError(f"--always-include names tools the upstream does not list: {missing}")
-    if set(fitted_tools(retriever).names) != set(toolset.names):
-        retriever.set_tools(toolset)  # tools added after fit are ranked by a prior
+    if isinstance(retriever, Reloader):
+        if isinstance(retriever.load, RetargetingLoad):
+            retriever.load.set_toolset(toolset)
+        model = retriever.current()
+    else:
+        model = retriever
+    if set(fitted_tools(model).names) != set(toolset.names):
+        model.set_tools(toolset)  # tools added after fit are ranked by a prior
     policy = dataclasses.replace(
         config.selection_policy,
         always_include=tuple(n for n in always if toolset.has(n)),
