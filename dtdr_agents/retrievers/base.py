@@ -7,13 +7,14 @@ and the end-of-plan token.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Self, TypeVar, Unpack
+from typing import Any, ClassVar, Self, TypeVar, Unpack, dataclass_transform
 
 import numpy as np
 from cachetools import LRUCache
@@ -62,10 +63,16 @@ MAX_HISTORY_CALLS = 1_000
 """Default `ToolRetriever.max_history_calls`: only the most recent calls are used."""
 
 
+@dataclass_transform(kw_only_default=True, eq_default=False, field_specifiers=(dataclasses.field,))
 class ToolRetriever(ABC):
     """Base class of all retrievers: ranks the next tools from a query and the calls so far.
 
     Subclasses implement `_fit` and `_score`, and `_state` / `_set_state` for persistence.
+    A subclass declares its hyperparameters as annotated class attributes with defaults
+    (`k1: float = 1.5`): they become its keyword-only constructor (a dataclass `__init__`,
+    so a new parameter is one line), what `get_params` returns and what `save` writes.
+    Learned state (names ending in ``_``) is set by `fit`, not declared as a field; a
+    subclass that must annotate one at class level uses ``dataclasses.field(init=False)``.
     """
 
     retriever_id: ClassVar[str] = ""
@@ -106,6 +113,9 @@ class ToolRetriever(ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        # eq=False keeps identity equality and hashing; repr=False keeps `__repr__` below.
+        # A class that writes its own `__init__` keeps it (dataclass does not replace it).
+        dataclasses.dataclass(kw_only=True, eq=False, repr=False)(cls)
         register(cls)
 
     # ----------------------------------------------------------------- sklearn-style params

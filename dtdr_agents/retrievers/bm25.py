@@ -68,24 +68,13 @@ class BM25Retriever(ToolRetriever):
     predicts_end: ClassVar[bool] = False
     uses_encoder: ClassVar[bool] = False
 
-    def __init__(
-        self,
-        *,
-        k1: float = 1.5,
-        b: float = 0.75,
-        method: str = "lucene",
-        stopwords: str | None = "english",
-        stemmer: str | None = None,
-        temperature: float | None = None,
-        prior_weight: float = 0.1,
-    ) -> None:
-        self.k1 = k1
-        self.b = b
-        self.method = method
-        self.stopwords = stopwords
-        self.stemmer = stemmer
-        self.temperature = temperature
-        self.prior_weight = prior_weight
+    k1: float = 1.5
+    b: float = 0.75
+    method: str = "lucene"
+    stopwords: str | None = "english"
+    stemmer: str | None = None
+    temperature: float | None = None
+    prior_weight: float = 0.1
 
     @classmethod
     def unavailable_reason(cls, **params: Any) -> str | None:

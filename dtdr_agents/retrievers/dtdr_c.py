@@ -72,28 +72,15 @@ class DTDRC(ToolRetriever):
     variants: ClassVar[Mapping[str, Mapping[str, Any]]] = {"dtdr-c-paper": {"backoff": False}}
     """`dtdr-c-paper`: no backoff, as in the paper (an unseen history key is uniform)."""
 
-    def __init__(
-        self,
-        *,
-        n_clusters: int | Literal["auto"] = "auto",
-        order: int = 3,
-        weighted: bool = True,
-        backoff: bool = True,
-        encoder: str | Encoder | None = "default",
-        demos_per_cluster: int = 10,
-        ood_quantile: float | None = 0.99,
-        prior_weight: float = 0.1,
-        seed: int = 0,
-    ) -> None:
-        self.n_clusters = n_clusters
-        self.order = order
-        self.weighted = weighted
-        self.backoff = backoff
-        self.encoder = encoder
-        self.demos_per_cluster = demos_per_cluster
-        self.ood_quantile = ood_quantile
-        self.prior_weight = prior_weight
-        self.seed = seed
+    n_clusters: int | Literal["auto"] = "auto"
+    order: int = 3
+    weighted: bool = True
+    backoff: bool = True
+    encoder: str | Encoder | None = "default"
+    demos_per_cluster: int = 10
+    ood_quantile: float | None = 0.99
+    prior_weight: float = 0.1
+    seed: int = 0
 
     def _check_params(self) -> None:
         super()._check_params()
@@ -297,27 +284,7 @@ class StaticDR(DTDRC):
     retriever_id: ClassVar[str] = "dr"
     bench_default: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        *,
-        n_clusters: int | Literal["auto"] = 1,
-        order: int = 1,
-        weighted: bool = True,
-        backoff: bool = False,
-        encoder: str | Encoder | None = "default",
-        demos_per_cluster: int = 10,
-        ood_quantile: float | None = None,
-        prior_weight: float = 0.1,
-        seed: int = 0,
-    ) -> None:
-        super().__init__(
-            n_clusters=n_clusters,
-            order=order,
-            weighted=weighted,
-            backoff=backoff,
-            encoder=encoder,
-            demos_per_cluster=demos_per_cluster,
-            ood_quantile=ood_quantile,
-            prior_weight=prior_weight,
-            seed=seed,
-        )
+    n_clusters: int | Literal["auto"] = 1
+    order: int = 1
+    backoff: bool = False
+    ood_quantile: float | None = None

@@ -116,28 +116,19 @@ class HybridRetriever(HybridFeatures):
     accepts_no_demos: ClassVar[bool] = True
     """`fit` works with zero demonstrations (pure zero-shot)."""
 
-    def __init__(
-        self,
-        *,
-        encoder: str | Encoder | None = "default",
-        n_folds: int = 5,
-        candidates: int = 100,
-        l2: float = 2.0,
-        exact_limit: int | None = EXACT_LIMIT,
-        prior_weight: float = 0.1,
-        clauses: bool = True,
-        seed: int = 0,
-        graph: Any = None,
-    ) -> None:
-        self.encoder = encoder
-        self.graph = None if graph is None else given_edges(graph)
-        self.n_folds = n_folds
-        self.candidates = candidates
-        self.l2 = l2
-        self.exact_limit = exact_limit
-        self.prior_weight = prior_weight
-        self.clauses = clauses
-        self.seed = seed
+    encoder: str | Encoder | None = "default"
+    n_folds: int = 5
+    candidates: int = 100
+    l2: float = 2.0
+    exact_limit: int | None = EXACT_LIMIT
+    prior_weight: float = 0.1
+    clauses: bool = True
+    seed: int = 0
+    graph: Any = None
+
+    def __post_init__(self) -> None:
+        if self.graph is not None:
+            self.graph = given_edges(self.graph)
 
     @classmethod
     def unavailable_reason(cls, **params: Any) -> str | None:

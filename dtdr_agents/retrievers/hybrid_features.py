@@ -8,7 +8,7 @@ parts' chains and DTDR-L, the nearest demonstrations' plans and the request's cl
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Self
 
 import numpy as np
@@ -66,17 +66,17 @@ class HybridFeatures(ToolRetriever):
 
     candidates: int
     clauses: bool
-    bm25_: BM25Retriever
-    index_: CandidateIndex
-    chains_: DTDRC | None
-    linear_: DTDRL | None
-    linear_fine_: DTDRL | None
-    knn_queries_: np.ndarray
-    knn_plans_: list[np.ndarray]
-    tool_counts_: np.ndarray
-    _chain_map: np.ndarray
-    _linear_map: np.ndarray
-    _learned_rows: np.ndarray
+    bm25_: BM25Retriever = field(init=False)
+    index_: CandidateIndex = field(init=False)
+    chains_: DTDRC | None = field(init=False)
+    linear_: DTDRL | None = field(init=False)
+    linear_fine_: DTDRL | None = field(init=False)
+    knn_queries_: np.ndarray = field(init=False)
+    knn_plans_: list[np.ndarray] = field(init=False)
+    tool_counts_: np.ndarray = field(init=False)
+    _chain_map: np.ndarray = field(init=False)
+    _linear_map: np.ndarray = field(init=False)
+    _learned_rows: np.ndarray = field(init=False)
 
     def _learned_bm25(self, qs: _QueryState, rows: np.ndarray) -> np.ndarray:
         """Normalised BM25 of tools the learned parts added (0 for any other tool)."""

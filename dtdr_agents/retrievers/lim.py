@@ -14,10 +14,9 @@ from typing import Any, ClassVar, Literal, Unpack
 import numpy as np
 
 from dtdr_agents.foundation.chat import ChatModel, Message, invoke_text
-from dtdr_agents.foundation.encoders import Encoder
 from dtdr_agents.foundation.errors import ChatModelError
 from dtdr_agents.foundation.types import Demonstration, Toolset
-from dtdr_agents.retrievers.base import PRIOR_TEMPERATURE, Scores
+from dtdr_agents.retrievers.base import Scores
 from dtdr_agents.retrievers.bm25 import split_identifiers
 from dtdr_agents.retrievers.saving import LoadOptions
 from dtdr_agents.retrievers.similarity import SimilarityRetriever
@@ -116,22 +115,10 @@ class LessIsMoreRetriever(SimilarityRetriever):
     bench_default: ClassVar[bool] = True
     runtime_params: ClassVar[tuple[str, ...]] = ("chat_model",)
 
-    def __init__(
-        self,
-        *,
-        chat_model: ChatModel | None = None,
-        system_prompt: str | None = None,
-        user_prompt: str | None = None,
-        match: Literal["joint", "each"] = "joint",
-        encoder: str | Encoder | None = "default",
-        temperature: float | None = PRIOR_TEMPERATURE,
-        prior_weight: float = 0.1,
-    ) -> None:
-        self.chat_model = chat_model
-        self.system_prompt = system_prompt
-        self.user_prompt = user_prompt
-        self.match = match
-        super().__init__(encoder=encoder, temperature=temperature, prior_weight=prior_weight)
+    chat_model: ChatModel | None = None
+    system_prompt: str | None = None
+    user_prompt: str | None = None
+    match: Literal["joint", "each"] = "joint"
 
     @classmethod
     def unavailable_reason(cls, **params: Any) -> str | None:

@@ -254,34 +254,18 @@ class DTDRL(ToolRetriever):
     bench_variants: ClassVar[tuple[str, ...]] = ("dtdr-l-s",)
     per_query_targets: ClassVar[bool] = False
 
-    def __init__(
-        self,
-        *,
-        history: HistoryMode = "text",
-        history_length: int | None = None,
-        epochs: int = 10,
-        lr: float | None = None,
-        lr_decay: float = 0.9,
-        weight_decay: float = 1e-5,
-        batch_size: int | None = None,
-        encoder: str | Encoder | None = "default",
-        ood_quantile: float | None = 0.99,
-        min_confidence: float | None = None,
-        prior_weight: float = 0.1,
-        seed: int = 0,
-    ) -> None:
-        self.history = history
-        self.history_length = history_length
-        self.epochs = epochs
-        self.lr = lr
-        self.lr_decay = lr_decay
-        self.weight_decay = weight_decay
-        self.batch_size = batch_size
-        self.encoder = encoder
-        self.ood_quantile = ood_quantile
-        self.min_confidence = min_confidence
-        self.prior_weight = prior_weight
-        self.seed = seed
+    history: HistoryMode = "text"
+    history_length: int | None = None
+    epochs: int = 10
+    lr: float | None = None
+    lr_decay: float = 0.9
+    weight_decay: float = 1e-05
+    batch_size: int | None = None
+    encoder: str | Encoder | None = "default"
+    ood_quantile: float | None = 0.99
+    min_confidence: float | None = None
+    prior_weight: float = 0.1
+    seed: int = 0
 
     # ------------------------------------------------------------------------------ features
     @property
@@ -523,33 +507,4 @@ class StaticLR(DTDRL):
     predicts_end: ClassVar[bool] = False
     per_query_targets: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        *,
-        history: HistoryMode = "none",
-        history_length: int | None = None,
-        epochs: int = 10,
-        lr: float | None = None,
-        lr_decay: float = 0.9,
-        weight_decay: float = 1e-5,
-        batch_size: int | None = None,
-        encoder: str | Encoder | None = "default",
-        ood_quantile: float | None = 0.99,
-        min_confidence: float | None = None,
-        prior_weight: float = 0.1,
-        seed: int = 0,
-    ) -> None:
-        super().__init__(
-            history=history,
-            history_length=history_length,
-            epochs=epochs,
-            lr=lr,
-            lr_decay=lr_decay,
-            weight_decay=weight_decay,
-            batch_size=batch_size,
-            encoder=encoder,
-            ood_quantile=ood_quantile,
-            min_confidence=min_confidence,
-            prior_weight=prior_weight,
-            seed=seed,
-        )
+    history: HistoryMode = "none"

@@ -109,26 +109,14 @@ class GraphToolCallRetriever(ToolRetriever):
     predicts_end: ClassVar[bool] = False
     uses_encoder: ClassVar[bool] = False
 
-    def __init__(
-        self,
-        *,
-        top_k: int | None = None,
-        max_graph_depth: int = 2,
-        detect_dependencies: bool = True,
-        learn_relations: bool = True,
-        min_count: int = 1,
-        encoder: str | Encoder | None = None,
-        rest_mass: float = 0.05,
-        prior_weight: float = 0.1,
-    ) -> None:
-        self.top_k = top_k
-        self.max_graph_depth = max_graph_depth
-        self.detect_dependencies = detect_dependencies
-        self.learn_relations = learn_relations
-        self.min_count = min_count
-        self.encoder = encoder
-        self.rest_mass = rest_mass
-        self.prior_weight = prior_weight
+    top_k: int | None = None
+    max_graph_depth: int = 2
+    detect_dependencies: bool = True
+    learn_relations: bool = True
+    min_count: int = 1
+    encoder: str | Encoder | None = None
+    rest_mass: float = 0.05
+    prior_weight: float = 0.1
 
     @classmethod
     def unavailable_reason(cls, **params: Any) -> str | None:

@@ -89,34 +89,18 @@ class PTRRecommender(CompositeRetriever):
     runtime_params: ClassVar[tuple[str, ...]] = ("chat_model",)
     uses_history: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        *,
-        base: ToolRetriever | None = None,
-        chat_model: ChatModel | None = None,
-        bundle_k: int = 1,
-        min_similarity: float = 0.25,
-        view_size: int = VIEW_SIZE,
-        n_neighbors: int = 10,
-        folds: int = 3,
-        use_bundles: bool = True,
-        use_coverage: bool = True,
-        use_rerank: bool = True,
-        prior_weight: float = 0.1,
-        seed: int = 0,
-    ) -> None:
-        self.base = base
-        self.chat_model = chat_model
-        self.bundle_k = bundle_k
-        self.min_similarity = min_similarity
-        self.view_size = view_size
-        self.n_neighbors = n_neighbors
-        self.folds = folds
-        self.use_bundles = use_bundles
-        self.use_coverage = use_coverage
-        self.use_rerank = use_rerank
-        self.prior_weight = prior_weight
-        self.seed = seed
+    base: ToolRetriever | None = None
+    chat_model: ChatModel | None = None
+    bundle_k: int = 1
+    min_similarity: float = 0.25
+    view_size: int = VIEW_SIZE
+    n_neighbors: int = 10
+    folds: int = 3
+    use_bundles: bool = True
+    use_coverage: bool = True
+    use_rerank: bool = True
+    prior_weight: float = 0.1
+    seed: int = 0
 
     # ------------------------------------------------------------------------------ fitting
     def _check_params(self) -> None:

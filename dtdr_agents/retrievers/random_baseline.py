@@ -30,9 +30,8 @@ class RandomRetriever(ToolRetriever):
     bench_default: ClassVar[bool] = True
     uses_encoder: ClassVar[bool] = False
 
-    def __init__(self, *, prior_weight: float = 0.1, seed: int = 0) -> None:
-        self.prior_weight = prior_weight
-        self.seed = seed
+    prior_weight: float = 0.1
+    seed: int = 0
 
     def _check_params(self) -> None:
         super()._check_params()

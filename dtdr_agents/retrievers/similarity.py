@@ -34,20 +34,9 @@ class SimilarityRetriever(ToolRetriever):
     accepts_no_demos: ClassVar[bool] = True  # needs no demonstrations by nature
     uses_encoder: ClassVar[bool] = True
 
-    encoder: str | Encoder | None
-    temperature: float | None
-
-    def __init__(
-        self,
-        *,
-        encoder: str | Encoder | None = "default",
-        temperature: float | None = PRIOR_TEMPERATURE,
-        prior_weight: float = 0.1,
-    ) -> None:
-        """The parameters every similarity retriever has (QTS has no others)."""
-        self.encoder = encoder
-        self.temperature = temperature
-        self.prior_weight = prior_weight
+    encoder: str | Encoder | None = "default"
+    temperature: float | None = PRIOR_TEMPERATURE
+    prior_weight: float = 0.1
 
     def _check_params(self) -> None:
         super()._check_params()

@@ -13,10 +13,8 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from dtdr_agents.foundation.encoders import Encoder
 from dtdr_agents.foundation.errors import ModelLoadError
 from dtdr_agents.foundation.types import Demonstration, Toolset
-from dtdr_agents.retrievers.base import PRIOR_TEMPERATURE
 from dtdr_agents.retrievers.similarity import SimilarityRetriever
 
 GraphSource = Literal["calls", "edges"]
@@ -109,20 +107,9 @@ class ToolGraphRetriever(SimilarityRetriever):
     retriever_id: ClassVar[str] = "tgr"
     bench_default: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        *,
-        graph: Sequence[Sequence[str]] | None = None,
-        graph_source: GraphSource = "calls",
-        direction: GraphDirection = "to_prerequisite",
-        encoder: str | Encoder | None = "default",
-        temperature: float | None = PRIOR_TEMPERATURE,
-        prior_weight: float = 0.1,
-    ) -> None:
-        self.graph = graph
-        self.graph_source = graph_source
-        self.direction = direction
-        super().__init__(encoder=encoder, temperature=temperature, prior_weight=prior_weight)
+    graph: Sequence[Sequence[str]] | None = None
+    graph_source: GraphSource = "calls"
+    direction: GraphDirection = "to_prerequisite"
 
     def _graph_pairs(self, demos: list[Demonstration], tools: Toolset) -> list[tuple[str, str]]:
         if self.graph is None:

@@ -114,28 +114,15 @@ class ToolQPRetriever(CompositeRetriever):
     runtime_params: ClassVar[tuple[str, ...]] = ("planner",)
     uses_history: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        *,
-        base: ToolRetriever | None = None,
-        planner: Planner | None = None,
-        fusion: Fusion = "peak",
-        rrf_k: int = RRF_K,
-        include_request: bool = True,
-        feedback_k: int = FEEDBACK_K,
-        done_k: int = FEEDBACK_K,
-        timeout: float | None = PLANNER_TIMEOUT,
-        cache_size: int = 1024,
-    ) -> None:
-        self.base = base
-        self.planner = planner
-        self.fusion = fusion
-        self.rrf_k = rrf_k
-        self.include_request = include_request
-        self.feedback_k = feedback_k
-        self.done_k = done_k
-        self.timeout = timeout
-        self.cache_size = cache_size
+    base: ToolRetriever | None = None
+    planner: Planner | None = None
+    fusion: Fusion = "peak"
+    rrf_k: int = RRF_K
+    include_request: bool = True
+    feedback_k: int = FEEDBACK_K
+    done_k: int = FEEDBACK_K
+    timeout: float | None = PLANNER_TIMEOUT
+    cache_size: int = 1024
 
     @classmethod
     def unavailable_reason(cls, **params: Any) -> str | None:
