@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from dtdr_agents.evaluation.protocol import EvalResult, ScoredStep
 
@@ -187,3 +188,78 @@ def verdict(diff: Estimate) -> str:
     if hi < 0:
         return "loses to"
     return "no clear difference"
+
+
+def _sum_arrays(num: ArrayLike, den: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    top = np.asarray(num, dtype=np.float64)
+    bottom = np.asarray(den, dtype=np.float64)
+    if top.shape != bottom.shape or top.ndim != 1:
+        raise ValueError(
+            f"per-unit sums need two 1-D arrays of one length, got {top.shape} and {bottom.shape}"
+        )
+    return top, bottom
+
+
+def _point(value: np.ndarray) -> float:
+    return float(value) if np.isfinite(value) else float("nan")
+
+
+def unit_ratio_estimate(
+    num: ArrayLike,
+    den: ArrayLike,
+    *,
+    n_boot: int = N_BOOTSTRAP,
+    level: float = LEVEL,
+    seed: int = 0,
+) -> Estimate:
+    """A ratio of sums over units (e.g. test plans), with its bootstrap interval over units.
+
+    `num[i]` and `den[i]` are unit i's contributions; the figure is ``sum(num) / sum(den)``
+    (NaN when the denominator sums to 0) and each replicate draws the units with replacement.
+    """
+    top, bottom = _sum_arrays(num, den)
+    if not top.size:
+        return Estimate(float("nan"), (float("nan"), float("nan")), (float("nan"),))
+    (idx,) = _draws([top.size], True, n_boot, seed)
+    point = _point(_ratio(top, bottom))
+    reps = _ratio(top[idx], bottom[idx])
+    return Estimate(point, _interval(reps, level), (point,))
+
+
+def paired_unit_ratio(
+    a: tuple[ArrayLike, ArrayLike],
+    b: tuple[ArrayLike, ArrayLike],
+    *,
+    quotient: bool = False,
+    n_boot: int = N_BOOTSTRAP,
+    level: float = LEVEL,
+    seed: int = 0,
+) -> Estimate:
+    """A's ratio of sums minus B's (or A's over B's, `quotient`), paired over the same units.
+
+    `a` and `b` are (numerators, denominators) per unit, unit i being the same (e.g. the same
+    test plan) in both; each replicate draws one set of units for both. Replicates whose value
+    is not finite (B's figure 0 in a quotient) are left out of the interval.
+
+    Raises:
+        ValueError: If A and B do not have the same number of units.
+    """
+    a_num, a_den = _sum_arrays(*a)
+    b_num, b_den = _sum_arrays(*b)
+    if a_num.size != b_num.size:
+        raise ValueError(
+            f"a paired comparison needs the same units: {a_num.size} and {b_num.size} units"
+        )
+    if not a_num.size:
+        return Estimate(float("nan"), (float("nan"), float("nan")), (float("nan"),))
+    (idx,) = _draws([a_num.size], True, n_boot, seed)
+
+    def combine(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        if not quotient:
+            return np.asarray(x - y, dtype=np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.asarray(np.where(y != 0, x / np.where(y != 0, y, 1.0), np.nan))
+
+    point = _point(combine(_ratio(a_num, a_den), _ratio(b_num, b_den)))
+    reps = combine(_ratio(a_num[idx], a_den[idx]), _ratio(b_num[idx], b_den[idx]))
+    return Estimate(point, _interval(reps, level), (point,))
