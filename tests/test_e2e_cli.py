@@ -157,7 +157,13 @@ def test_unreachable_endpoint_exits_1_without_a_traceback(
         "approx",
         "-q",
     ]
-    assert cli.main(argv) == 1
+    # by default the run stops at the first unreachable step, with a clear error (exit 2)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "error: the endpoint http://127.0.0.1:9/v1 is unreachable" in err
+    assert "none/no_icl plan 0 step 0" in err and "Traceback" not in err
+    # --on-unreachable record: every step is recorded as failed, exit 1
+    assert cli.main([*argv, "--on-unreachable", "record"]) == 1
     captured = capsys.readouterr()
     assert "6 unreachable" in captured.out
     assert "6 step(s) got no answer" in captured.err

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from dtdr_agents.cli._common import CLIError, add_split_arguments, load_split, split_ids
+from dtdr_agents.cli._common import (
+    CLIError,
+    add_split_arguments,
+    load_split,
+    non_negative_int,
+    positive_int,
+    split_ids,
+)
 
 DEFAULT_RETRIEVERS = ("none", "dr", "lr", "dtdr-c", "dtdr-l")
 """The methods of the DTDR paper's Table 3 (``none`` = No ICL)."""
@@ -36,9 +44,22 @@ def _step_cache_path(args: argparse.Namespace, dataset: str) -> Path | None:
     return default_cache_dir() / "e2e" / f"{dataset}-{model}.jsonl"
 
 
+def _check_replay(args: argparse.Namespace) -> None:
+    if args.dry_run:
+        raise CLIError("--replay and --dry-run exclude each other (a dry run asks nothing either)")
+    if args.base_url:
+        raise CLIError("--replay sends no request: drop --base-url (or drop --replay to run)")
+    if not args.model:
+        raise CLIError("--replay needs --model: the model name the step cache was written with")
+    if args.no_step_cache:
+        raise CLIError("--replay reads every answer from the step cache: drop --no-step-cache")
+
+
 def cmd_e2e(args: argparse.Namespace) -> int:
-    """Run (or dry-run) the end-to-end evaluation and print/write the report."""
-    if not args.dry_run and not args.base_url:
+    """Run (or dry-run, or replay from the step cache) the end-to-end evaluation."""
+    if args.replay:
+        _check_replay(args)
+    elif not args.dry_run and not args.base_url:
         raise CLIError(NEEDS_ENDPOINT)
     if args.base_url and not args.model:
         raise CLIError("--model is required with --base-url (the model name the server serves)")
@@ -46,22 +67,41 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         raise CLIError("--concurrency and --k must be >= 1, --max-retries >= 0, --timeout > 0")
     if not 0.0 <= args.max_error_rate <= 1.0:  # NaN fails this too
         raise CLIError(f"--max-error-rate must be in [0, 1], got {args.max_error_rate}")
+    from dtdr_agents.cli.bench import first_demos
     from dtdr_agents.evaluation.e2e import (
+        EndpointUnreachableError,
+        ReplayChat,
         StepCache,
+        StepNotCachedError,
         dry_run_report,
         format_e2e_markdown,
         plot_e2e,
         prepare_e2e,
         run_e2e,
     )
-    from dtdr_agents.evaluation.report import write_json
+    from dtdr_agents.evaluation.e2e.protocol import split_spec
+    from dtdr_agents.evaluation.report import provenance, write_json
     from dtdr_agents.foundation.encoders import default_cache_dir, get_encoder
     from dtdr_agents.foundation.errors import EncoderUnavailableError
     from dtdr_agents.runtime.prompting import get_token_counter
 
     retrievers = split_ids(args.retrievers, DEFAULT_RETRIEVERS)
     modes = split_ids(args.modes, DEFAULT_MODES)
+    try:
+        zero_shot = [r for r in retrievers if split_spec(r)[1]]
+    except ValueError as exc:
+        raise CLIError(f"--retrievers: {exc}") from exc
+    origin = provenance([args.seed], getattr(args, "argv", None))
     train, test = load_split(args)
+    if args.test_limit is not None:
+        if args.test_limit > len(test.demos):
+            print(
+                f"--test-limit {args.test_limit}: the test split has only {len(test.demos)} "
+                "plans; using them all",
+                file=sys.stderr,
+            )
+        test = dataclasses.replace(test, demos=list(test.demos)[: args.test_limit])
+    zero_train = first_demos(train, test, 0)[0] if zero_shot else None
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
     encoder = get_encoder(args.encoder, cache_dir=cache_dir)
     print(
@@ -69,8 +109,10 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         f"{len(train.tools)} tools, encoder {encoder.id}",
         file=sys.stderr,
     )
-    chat = None
-    if not args.dry_run:
+    chat: Any = None
+    if args.replay:
+        chat = ReplayChat(args.model)
+    elif not args.dry_run:
         from dtdr_agents.foundation.chat import OpenAIChat
         from dtdr_agents.foundation.retry import RetryPolicy
 
@@ -93,14 +135,17 @@ def cmd_e2e(args: argparse.Namespace) -> int:
             seed=args.seed,
             k=args.k,
             counter=counter,
-            chat_model=chat,  # for lim (Less-is-More asks the same model for ideal tools)
+            chat_model=None if args.replay else chat,  # lim asks the same model for ideal tools
             log=lambda msg: print(msg, file=sys.stderr),
+            zero_train=zero_train,
+            max_prompt_tokens=args.max_prompt_tokens,
         )
     except (ValueError, EncoderUnavailableError) as exc:
         raise CLIError(str(exc)) from exc
     if not plan.cells:
-        reasons = "; ".join(f"{rid}: {why}" for rid, why in plan.skipped.items())
-        raise CLIError(f"no retriever could run ({reasons})")
+        reasons = [f"{rid}: {why}" for rid, why in plan.skipped.items()]
+        reasons += [f"{c['retriever']}/{c['mode']}: {c['reason']}" for c in plan.skipped_cells]
+        raise CLIError(f"no retriever could run ({'; '.join(reasons)})")
     cache_path = _step_cache_path(args, train.name)
     cache = StepCache(cache_path) if cache_path is not None else None
     if cache is not None and cache.skipped_lines:
@@ -121,12 +166,16 @@ def cmd_e2e(args: argparse.Namespace) -> int:
                 chat,
                 cache=cache,
                 concurrency=args.concurrency,
-                progress=progress_bar(not args.quiet),
+                progress=progress_bar(not args.quiet and not args.replay),
                 tool_choice=None if args.tool_choice == "unset" else args.tool_choice,
                 text_ends_plan=not args.strict_end,
+                stop_on_unreachable=args.on_unreachable == "stop",
+                n_boot=args.n_boot,
             )
-        except ImportError as exc:  # the openai package is an extra
-            raise CLIError(str(exc)) from exc
+        except (ImportError, StepNotCachedError, EndpointUnreachableError) as exc:
+            raise CLIError(str(exc)) from exc  # ImportError: the openai package is an extra
+    report["test_limit"] = args.test_limit
+    report["provenance"] = origin
     print(format_e2e_markdown(report))
     if args.json:
         write_json(args.json, report)
@@ -177,7 +226,45 @@ def add_commands(sub: Any) -> None:
     )
     e2e.add_argument(
         "--retrievers",
-        help=f"comma-separated ids; 'none' is No ICL (default {','.join(DEFAULT_RETRIEVERS)})",
+        help=f"comma-separated ids; 'none' is No ICL (default {','.join(DEFAULT_RETRIEVERS)}); "
+        "an id ending in @0demos (e.g. hybrid@0demos) is that retriever fitted on no "
+        "demonstrations (as `bench --n-demos 0`) with prompts that carry no example "
+        "demonstration either: a new user's first run, reported as its own row",
+    )
+    e2e.add_argument(
+        "--test-limit",
+        type=positive_int,
+        metavar="N",
+        help="score only the first N test plans of the split, keeping every demonstration "
+        "(--limit cuts the samples before the split)",
+    )
+    e2e.add_argument(
+        "--max-prompt-tokens",
+        type=positive_int,
+        metavar="N",
+        help="refuse every (retriever, mode) cell with a prompt over N tokens (by --tokens): "
+        "not run, reported as skipped with the measured sizes (e.g. all tools of a large "
+        "catalogue past the model's context)",
+    )
+    e2e.add_argument(
+        "--replay",
+        action="store_true",
+        help="no endpoint: every answer comes from the step cache (--model names the cached "
+        "model); the first step missing from it is an error naming it",
+    )
+    e2e.add_argument(
+        "--on-unreachable",
+        choices=("stop", "record"),
+        default="stop",
+        help="when a step's endpoint stays unreachable after its retries: stop the run with "
+        "an error (default; answered steps stay in the step cache) or record the step as "
+        "failed and go on",
+    )
+    e2e.add_argument(
+        "--n-boot",
+        type=non_negative_int,
+        default=2000,
+        help="bootstrap replicates of the intervals over test plans (default 2000)",
     )
     e2e.add_argument(
         "--modes",

@@ -8,8 +8,9 @@ never raised, and never cached. Answered steps are appended to the step cache as
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dtdr_agents.evaluation.e2e.arguments import score_arguments
@@ -17,7 +18,7 @@ from dtdr_agents.evaluation.e2e.cache import StepCache, step_key
 from dtdr_agents.evaluation.e2e.metrics import classify_reply, read_arguments
 from dtdr_agents.evaluation.e2e.protocol import END_TOOL, ArgumentRequest, E2EStep, StepRequest
 from dtdr_agents.foundation.chat import OpenAIChat
-from dtdr_agents.foundation.errors import ChatModelError
+from dtdr_agents.foundation.errors import ChatModelError, DTDRError
 from dtdr_agents.foundation.progress import Progress
 from dtdr_agents.foundation.retry import status_code
 
@@ -26,6 +27,44 @@ if TYPE_CHECKING:
 
 ARGUMENTS_CELL = "<arguments>"
 """The ``retriever`` of a cached parameter-filling answer (shared by every cell)."""
+
+
+class StepNotCachedError(DTDRError, LookupError):
+    """A replay (no endpoint) met a step whose answer is not in the step cache."""
+
+
+class EndpointUnreachableError(DTDRError, ConnectionError):
+    """The endpoint stayed unreachable after a step's retries; the run stopped."""
+
+
+class ReplayChat:
+    """A stand-in for the endpoint in a cache-only replay: every answer must be cached.
+
+    Args:
+        model: The model name the answers were cached under (part of every step key).
+    """
+
+    base_url: str | None = None
+
+    def __init__(self, model: str) -> None:
+        if not model:
+            raise ValueError("a replay needs the model name the step cache was written with")
+        self.model = model
+
+    async def acreate(self, messages: Any, **kwargs: Any) -> Any:
+        """Never answers: a replay asks nothing (`run_requests` checks the cache first)."""
+        raise StepNotCachedError("a replay sends no request")
+
+    async def aclose(self) -> None:
+        """Nothing to close."""
+
+
+def _missing(what: str, model: str, cache: StepCache | None) -> StepNotCachedError:
+    where = f"the step cache {cache.path}" if cache is not None else "no step cache"
+    return StepNotCachedError(
+        f"replay: {what} is not in {where} (model {model!r}); a replay sends no request: "
+        "run with --base-url to answer it, or check --model and the dataset options"
+    )
 
 
 def argument_key(model: str, req: ArgumentRequest) -> str:
@@ -105,7 +144,7 @@ async def _timed(
 
 async def _ask(
     req: StepRequest,
-    chat: OpenAIChat,
+    chat: OpenAIChat | ReplayChat,
     key: str,
     semaphore: asyncio.Semaphore,
     catalogue: frozenset[str],
@@ -139,7 +178,7 @@ async def _drain(
     progress: Progress,
     label: str,
     cache: StepCache | None,
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncGenerator[dict[str, Any], None]:
     """The rows of `tasks` as they finish; answered ones are appended to `cache`.
 
     Every task still running is cancelled when the caller stops (an interruption, an error).
@@ -156,16 +195,44 @@ async def _drain(
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def _check_stop(
+    row: Mapping[str, Any],
+    stop_on: frozenset[str],
+    chat: OpenAIChat | ReplayChat,
+    cache: StepCache | None,
+    answered: int,
+) -> None:
+    """Raise `EndpointUnreachableError` when `row` failed with an error type in `stop_on`."""
+    if row.get("kind") != "error" or row.get("error_type") not in stop_on:
+        return
+    where = f"{row['retriever']}/{row['mode']} plan {row['plan']} step {row['step']}"
+    kept = (
+        f"{len(cache)} answered steps are in the step cache {cache.path} (kept: run the same "
+        "command again to resume)"
+        if cache is not None
+        else "no step cache: nothing is kept"
+    )
+    raise EndpointUnreachableError(
+        f"the endpoint {chat.base_url} is unreachable after the retries of {where} "
+        f"({row.get('error')}); stopped after {answered} answer(s) in this run; {kept}"
+    )
+
+
 async def run_requests(
     plan: E2EPlan,
-    chat: OpenAIChat,
+    chat: OpenAIChat | ReplayChat,
     cache: StepCache | None,
     concurrency: int,
     progress: Progress,
     request_kwargs: Mapping[str, Any],
     text_ends_plan: bool,
+    stop_on: frozenset[str] = frozenset(),
 ) -> tuple[list[dict[str, Any]], int, int, int]:
     """Ask (or reuse from `cache`) every step of `plan`, then its parameter filling.
+
+    With a `ReplayChat` nothing is asked: the first step (in the plan's order) missing from
+    `cache` raises `StepNotCachedError` naming it. A failed step whose ``error_type`` is in
+    `stop_on` stops the run (`EndpointUnreachableError`); answered steps stay cached.
 
     Returns the selection rows, the steps reused from the cache, the parameter-filling calls
     made and the parameter-filling answers reused.
@@ -180,7 +247,17 @@ async def run_requests(
         else:
             todo.append((req, key))
     cached = len(rows)
-    if todo:
+    replay = isinstance(chat, ReplayChat)
+    if todo and replay:
+        req = todo[0][0]
+        step = f" ({req.step.plan_id})" if req.step.plan_id else ""
+        raise _missing(
+            f"step {req.retriever}/{req.mode} plan {req.step.plan}{step} step {req.step.step} "
+            f"(and {len(todo) - 1} more)",
+            chat.model,
+            cache,
+        )
+    if todo and isinstance(chat, OpenAIChat):
         _ = chat.async_client  # fail here, not per step, when the openai package is missing
     semaphore = asyncio.Semaphore(concurrency)
     catalogue = frozenset(plan.builder.api_catalogue.names)
@@ -191,9 +268,14 @@ async def run_requests(
         for req, key in todo
     ]
     try:
-        rows += [row async for row in _drain(tasks, progress, "e2e", cache)]
+        answered = 0
+        async with contextlib.aclosing(_drain(tasks, progress, "e2e", cache)) as drained:
+            async for row in drained:
+                rows.append(row)
+                _check_stop(row, stop_on, chat, cache, answered)
+                answered += row["kind"] != "error"
         rows, arg_calls, arg_cached = await _fill_arguments(
-            plan, chat, rows, cache, semaphore, progress
+            plan, chat, rows, cache, semaphore, progress, stop_on
         )
     finally:
         await chat.aclose()
@@ -211,7 +293,7 @@ def _needs_arguments(row: Mapping[str, Any], step: E2EStep) -> bool:
 
 
 async def _ask_arguments(
-    req: ArgumentRequest, chat: OpenAIChat, key: str, semaphore: asyncio.Semaphore
+    req: ArgumentRequest, chat: OpenAIChat | ReplayChat, key: str, semaphore: asyncio.Semaphore
 ) -> dict[str, Any]:
     row: dict[str, Any] = {
         "key": key,
@@ -236,11 +318,12 @@ async def _ask_arguments(
 
 async def _fill_arguments(
     plan: E2EPlan,
-    chat: OpenAIChat,
+    chat: OpenAIChat | ReplayChat,
     rows: list[dict[str, Any]],
     cache: StepCache | None,
     semaphore: asyncio.Semaphore,
     progress: Progress,
+    stop_on: frozenset[str] = frozenset(),
 ) -> tuple[list[dict[str, Any]], int, int]:
     """Ask (or reuse) the parameter filling of every correctly selected function and score it.
 
@@ -270,11 +353,23 @@ async def _fill_arguments(
         else:
             todo.append((ident, req, key))
     reused = len(answers)
+    if todo and isinstance(chat, ReplayChat):
+        (plan_i, step_i, function), _, _ = todo[0]
+        raise _missing(
+            f"the parameter filling of {function} at plan {plan_i} step {step_i} "
+            f"(and {len(todo) - 1} more)",
+            chat.model,
+            cache,
+        )
     tasks = [
         asyncio.ensure_future(_ask_arguments(req, chat, key, semaphore)) for _, req, key in todo
     ]
-    async for answer in _drain(tasks, progress, "arguments", cache):
-        answers[(int(answer["plan"]), int(answer["step"]), str(answer["function"]))] = answer
+    answered = 0
+    async with contextlib.aclosing(_drain(tasks, progress, "arguments", cache)) as drained:
+        async for answer in drained:
+            answers[(int(answer["plan"]), int(answer["step"]), str(answer["function"]))] = answer
+            _check_stop({**answer, "mode": answer["function"]}, stop_on, chat, cache, answered)
+            answered += answer["kind"] != "error"
     for row in out:
         step = steps[(int(row["plan"]), int(row["step"]))]
         if not _needs_arguments(row, step):
@@ -293,4 +388,12 @@ async def _fill_arguments(
     return out, len(todo), reused
 
 
-__all__ = ["ARGUMENTS_CELL", "argument_key", "error_type", "run_requests"]
+__all__ = [
+    "ARGUMENTS_CELL",
+    "EndpointUnreachableError",
+    "ReplayChat",
+    "StepNotCachedError",
+    "argument_key",
+    "error_type",
+    "run_requests",
+]

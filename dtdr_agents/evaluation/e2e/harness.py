@@ -10,6 +10,7 @@ file so an interrupted run resumes, and aggregates the metrics per (retriever, m
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,6 +21,9 @@ from dtdr_agents.datasets.base import Dataset
 from dtdr_agents.evaluation.e2e.cache import StepCache, step_key
 from dtdr_agents.evaluation.e2e.calls import (
     ARGUMENTS_CELL,
+    EndpointUnreachableError,
+    ReplayChat,
+    StepNotCachedError,
     argument_key,
     error_type,
     run_requests,
@@ -30,9 +34,18 @@ from dtdr_agents.evaluation.e2e.protocol import (
     ProtocolBuilder,
     StepRequest,
     cells,
+    split_spec,
 )
+from dtdr_agents.evaluation.e2e.uncertainty import (
+    cell_intervals,
+    compare_cells,
+    comparison_pairs,
+    targets,
+)
+from dtdr_agents.evaluation.intervals import LEVEL, N_BOOTSTRAP
 from dtdr_agents.foundation.chat import OpenAIChat
 from dtdr_agents.foundation.encoders import Encoder
+from dtdr_agents.foundation.encoders.base import FittableEncoder
 from dtdr_agents.foundation.progress import Progress, no_progress
 from dtdr_agents.foundation.selection import TOP_K
 from dtdr_agents.retrievers.base import ToolRetriever
@@ -72,6 +85,9 @@ class E2EPlan:
     encoder: str = ""
     seed: int = 0
     k: int = 5
+    n_demos: dict[str, int] = field(default_factory=dict)
+    skipped_cells: list[dict[str, Any]] = field(default_factory=list)
+    max_prompt_tokens: int | None = None
 
 
 def prepare_e2e(
@@ -86,8 +102,14 @@ def prepare_e2e(
     counter: TokenCounter | None = None,
     chat_model: Any = None,
     log: Any = None,
+    zero_train: Dataset | None = None,
+    max_prompt_tokens: int | None = None,
 ) -> E2EPlan:
     """Fit the retrievers on `train` and build every request of the run (no network).
+
+    A retriever spec ending in `ZERO_DEMOS` (``hybrid@0demos``) is that retriever fitted on
+    `zero_train` (the training split cut to no demonstrations, as `dtdr-agents bench --n-demos
+    0` fits), with prompts that carry no example demonstration: a new user's first run.
 
     Args:
         train: Training split (demonstrations and catalogue).
@@ -101,13 +123,17 @@ def prepare_e2e(
         chat_model: A chat model for retrievers that need one (``lim``); without it they are
             skipped with the reason.
         log: Called with progress messages (e.g. `print`), or None.
+        zero_train: The training split with no demonstrations (needed by `ZERO_DEMOS` specs).
+        max_prompt_tokens: Refuse (skip, with the measured sizes in ``skipped_cells``) every
+            cell with a prompt longer than this; None refuses none.
 
     Returns:
         The `E2EPlan`.
 
     Raises:
-        ValueError: For an unknown mode, set-valued data (no plan order to follow), or no
-            runnable (retriever, mode) pair.
+        ValueError: For an unknown mode, set-valued data (no plan order to follow), no
+            runnable (retriever, mode) pair, or a `ZERO_DEMOS` spec without `zero_train`
+            (or with demonstrations in it).
     """
     from dtdr_agents.evaluation.bench import build_retriever
 
@@ -117,14 +143,34 @@ def prepare_e2e(
             "needs ordered plans"
         )
     pairs = cells(retriever_ids, modes)
+    # An encoder that fits on the first retriever's data (TF-IDF) must not carry the
+    # demonstrations into a zero-demonstration retriever: that one gets its own copy.
+    zero_encoder = encoder
+    if isinstance(encoder, FittableEncoder) and not encoder.is_fitted:
+        zero_encoder = copy.deepcopy(encoder)
     fitted: dict[str, ToolRetriever | None] = {}
     skipped: dict[str, str] = {}
+    n_demos: dict[str, int] = {}
     for rid in dict.fromkeys(r for r, _ in pairs):
+        base, zero = split_spec(rid)
+        data = train
+        if zero:
+            if zero_train is None or zero_train.demos:
+                raise ValueError(
+                    f"retriever {rid!r} fits on no demonstrations: pass zero_train, the "
+                    "training split cut to 0 demonstrations"
+                )
+            data = zero_train
+        n_demos[rid] = len(data.demos)
         if rid == NO_RETRIEVER:
             fitted[rid] = None
             continue
         retriever, reason = build_retriever(
-            rid, encoder=encoder, seed=seed, dataset=train, chat_model=chat_model
+            base,
+            encoder=zero_encoder if zero else encoder,
+            seed=seed,
+            dataset=data,
+            chat_model=chat_model,
         )
         if retriever is None:
             skipped[rid] = reason or "unavailable"
@@ -132,8 +178,8 @@ def prepare_e2e(
                 log(f"skipping {rid}: {skipped[rid]}")
             continue
         if log:
-            log(f"fitting {rid} ...")
-        fitted[rid] = retriever.fit(train.demos, train.tools)
+            log(f"fitting {rid} on {len(data.demos)} demonstrations ...")
+        fitted[rid] = retriever.fit(data.demos, data.tools)
     builder = ProtocolBuilder(
         train.demos,
         test.demos,
@@ -142,27 +188,72 @@ def prepare_e2e(
         policy=dataclasses.replace(TOP_K, k=k),
         seed=seed,
     )
+    zero_builder = None
     requests: list[StepRequest] = []
     for rid, retriever in fitted.items():
         wanted = [m for r, m in pairs if r == rid]
+        use = builder
+        if split_spec(rid)[1]:
+            zero_builder = zero_builder or builder.without_demonstrations()
+            use = zero_builder
         try:
-            requests.extend(builder.requests_for(rid, retriever, wanted))
+            requests.extend(use.requests_for(rid, retriever, wanted))
         except Exception as exc:  # e.g. lim's chat model failing: skip this retriever only
             skipped[rid] = f"ranking failed: {type(exc).__name__}: {exc}"[:300]
             if log:
                 log(f"skipping {rid}: {skipped[rid]}")
+    kept = [p for p in pairs if p[0] in fitted and p[0] not in skipped]
+    refused: list[dict[str, Any]] = []
+    if max_prompt_tokens is not None:
+        requests, kept, refused = _refuse_oversized(requests, kept, max_prompt_tokens)
+        for cell in refused:
+            if log:
+                log(f"skipping {cell['retriever']}/{cell['mode']}: {cell['reason']}")
     return E2EPlan(
         dataset=train.name,
         n_train=len(train.demos),
         n_test=len(test.demos),
         builder=builder,
         requests=requests,
-        cells=[p for p in pairs if p[0] in fitted and p[0] not in skipped],
+        cells=kept,
         skipped=skipped,
         encoder=encoder.id,
         seed=seed,
         k=k,
+        n_demos=n_demos,
+        skipped_cells=refused,
+        max_prompt_tokens=max_prompt_tokens,
     )
+
+
+def _refuse_oversized(
+    requests: list[StepRequest], pairs: list[tuple[str, str]], limit: int
+) -> tuple[list[StepRequest], list[tuple[str, str]], list[dict[str, Any]]]:
+    """Drop every cell with a prompt over `limit` tokens; say which, why and how big."""
+    refused: list[dict[str, Any]] = []
+    kept: list[tuple[str, str]] = []
+    for rid, mode in pairs:
+        sizes = [r.prompt_tokens for r in requests if r.retriever == rid and r.mode == mode]
+        over = sum(s > limit for s in sizes)
+        if not over:
+            kept.append((rid, mode))
+            continue
+        refused.append(
+            {
+                "retriever": rid,
+                "mode": mode,
+                "n_steps": len(sizes),
+                "n_over": over,
+                "max_prompt_tokens": max(sizes),
+                "mean_prompt_tokens": sum(sizes) / len(sizes),
+                "limit": limit,
+                "reason": f"{over} of {len(sizes)} prompts exceed --max-prompt-tokens {limit} "
+                f"(up to {max(sizes):,}, {sum(sizes) / len(sizes):,.0f} on average): they "
+                "cannot fit the model's context, so the cell is not run",
+            }
+        )
+    wanted = set(kept)
+    return [r for r in requests if (r.retriever, r.mode) in wanted], kept, refused
 
 
 def _base_report(plan: E2EPlan, *, model: str | None, dry_run: bool) -> dict[str, Any]:
@@ -182,6 +273,8 @@ def _base_report(plan: E2EPlan, *, model: str | None, dry_run: bool) -> dict[str
         "dry_run": dry_run,
         "token_counter": {"name": counter.name, "exact": counter.exact, "note": counter.note},
         "skipped": dict(plan.skipped),
+        "skipped_cells": list(plan.skipped_cells),
+        "max_prompt_tokens": plan.max_prompt_tokens,
     }
 
 
@@ -213,6 +306,7 @@ def dry_run_report(
             {
                 "retriever": rid,
                 "mode": mode,
+                "n_demos": plan.n_demos.get(rid),
                 "calls": len(reqs) - cached,
                 "cached": cached,
                 "n_steps": len(reqs),
@@ -265,13 +359,15 @@ def _argument_listing(plan: E2EPlan, model: str | None, cache: StepCache | None)
 
 async def arun_e2e(
     plan: E2EPlan,
-    chat: OpenAIChat,
+    chat: OpenAIChat | ReplayChat,
     *,
     cache: StepCache | None = None,
     concurrency: int = 4,
     progress: Progress | None = None,
     tool_choice: str | None = "auto",
     text_ends_plan: bool = True,
+    stop_on_unreachable: bool = False,
+    n_boot: int = N_BOOTSTRAP,
 ) -> dict[str, Any]:
     """Async `run_e2e` (for callers already inside an event loop)."""
     if concurrency < 1:
@@ -281,11 +377,21 @@ async def arun_e2e(
     if tool_choice is not None:
         kwargs["tool_choice"] = tool_choice
     rows, cached, arg_calls, arg_cached = await run_requests(
-        plan, chat, cache, concurrency, progress or no_progress, kwargs, text_ends_plan
+        plan,
+        chat,
+        cache,
+        concurrency,
+        progress or no_progress,
+        kwargs,
+        text_ends_plan,
+        stop_on=frozenset({"unreachable"}) if stop_on_unreachable else frozenset(),
     )
     report = _base_report(plan, model=chat.model, dry_run=False)
     report["base_url"] = chat.base_url
+    report["replay"] = isinstance(chat, ReplayChat)
+    report["tool_choice"] = tool_choice
     report["results"] = summarize_cells(rows, plan.cells)
+    _add_intervals(report, plan, rows, n_boot)
     report["calls"] = len(rows) - cached
     report["cached"] = cached
     report["argument_calls"] = arg_calls
@@ -293,6 +399,44 @@ async def arun_e2e(
     report["arguments_scored"] = plan.builder.has_arguments
     report["wall_s"] = time.perf_counter() - start
     return report
+
+
+def _label(cell: tuple[str, str]) -> str:
+    return f"{cell[0]}/{cell[1]}"
+
+
+def _add_intervals(
+    report: dict[str, Any], plan: E2EPlan, rows: Sequence[Mapping[str, Any]], n_boot: int
+) -> None:
+    """Bootstrap intervals over plans per cell, paired comparisons and the issue's targets."""
+    by_cell: dict[tuple[str, str], list[Mapping[str, Any]]] = {p: [] for p in plan.cells}
+    for row in rows:
+        by_cell.setdefault((str(row["retriever"]), str(row["mode"])), []).append(row)
+    for result in report["results"]:
+        cell = (str(result["retriever"]), str(result["mode"]))
+        result["n_demos"] = plan.n_demos.get(cell[0])
+        result["intervals"] = cell_intervals(
+            by_cell.get(cell, []), plan.n_test, n_boot=n_boot, seed=plan.seed
+        )
+    refused = {(c["retriever"], c["mode"]): c["reason"] for c in plan.skipped_cells}
+    every = [*plan.cells, *refused]
+    comparisons: list[dict[str, Any]] = []
+    for a, b in comparison_pairs(every):
+        entry: dict[str, Any] = {"a": _label(a), "b": _label(b)}
+        missing = [c for c in (a, b) if c not in by_cell]
+        if missing:
+            entry["skipped"] = "; ".join(
+                f"{_label(c)} was not run: {refused.get(c, 'skipped')}" for c in missing
+            )
+        else:
+            entry.update(
+                compare_cells(by_cell[a], by_cell[b], plan.n_test, n_boot=n_boot, seed=plan.seed)
+            )
+        comparisons.append(entry)
+    report["comparisons"] = comparisons
+    sr_key = "sr_full" if plan.builder.has_arguments else "sr"
+    report["targets"] = targets(comparisons, sr_key)
+    report["bootstrap"] = {"unit": "test plan", "n_boot": n_boot, "level": LEVEL, "seed": plan.seed}
 
 
 class RunOptions(TypedDict, total=False):
@@ -303,27 +447,42 @@ class RunOptions(TypedDict, total=False):
     progress: Progress | None
     tool_choice: str | None
     text_ends_plan: bool
+    stop_on_unreachable: bool
+    n_boot: int
 
 
-def run_e2e(plan: E2EPlan, chat: OpenAIChat, **options: Unpack[RunOptions]) -> dict[str, Any]:
+def run_e2e(
+    plan: E2EPlan, chat: OpenAIChat | ReplayChat, **options: Unpack[RunOptions]
+) -> dict[str, Any]:
     """Send every request of `plan` to `chat` and aggregate the metrics per (retriever, mode).
 
     Failed requests (unreachable endpoint, time-out, HTTP error after the retries, malformed
-    body) are recorded per step and counted, never raised. An interruption (Ctrl-C) loses
-    only the requests in flight: answered steps are already in `cache`.
+    body) are recorded per step and counted, never raised, unless `stop_on_unreachable`. An
+    interruption (Ctrl-C) loses only the requests in flight: answered steps are already in
+    `cache`.
 
     Args:
         plan: The prepared run (`prepare_e2e`).
-        chat: The endpoint (`OpenAIChat`: its retry policy and time-out apply to each request).
+        chat: The endpoint (`OpenAIChat`: its retry policy and time-out apply to each
+            request), or a `ReplayChat`: every answer comes from `cache`, none is asked.
         cache: Step cache; cached steps are not asked again, answered steps are appended.
         concurrency: Requests in flight at most.
         progress: Progress wrapper (e.g. `dtdr_agents.foundation.progress.progress_bar(True)`).
         tool_choice: Sent as ``tool_choice`` (None: not sent).
         text_ends_plan: Count a text answer at a plan's end as end-of-plan.
+        stop_on_unreachable: Stop the run at the first step whose endpoint stayed unreachable
+            after its retries (`EndpointUnreachableError`; the answered steps stay cached).
+        n_boot: Bootstrap replicates of the intervals over test plans.
 
     Returns:
         A report of kind ``"e2e"``: per-cell metrics in ``results`` (see
-        `dtdr_agents.evaluation.e2e.metrics.summarize`), ``calls`` made and ``cached`` steps reused.
+        `dtdr_agents.evaluation.e2e.metrics.summarize`) with ``intervals`` (bootstrap over test
+        plans, `dtdr_agents.evaluation.e2e.uncertainty`), paired ``comparisons`` and the
+        issue's ``targets``, ``calls`` made and ``cached`` steps reused.
+
+    Raises:
+        StepNotCachedError: A `ReplayChat` run met a step missing from `cache` (named).
+        EndpointUnreachableError: With `stop_on_unreachable`, the endpoint went away.
     """
     return asyncio.run(arun_e2e(plan, chat, **options))
 
@@ -348,6 +507,9 @@ __all__ = [
     "ARGUMENTS_CELL",
     "REPORT_KIND",
     "E2EPlan",
+    "EndpointUnreachableError",
+    "ReplayChat",
+    "StepNotCachedError",
     "arun_e2e",
     "dry_run_report",
     "error_type",

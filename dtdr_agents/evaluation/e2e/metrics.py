@@ -184,10 +184,10 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         ``fsa``, ``sr``, ``end_accuracy`` (None when nothing to score), ``prompt_tokens``
         and ``variable_tokens`` (means over all steps), ``usage_prompt_tokens`` (mean of the
         server's counts, when it reported them), ``latency_ms`` (p50, p99, mean over
-        answered steps), ``unbound_rate``, counts (``n_steps``, ``n_answered``, ``n_plans``,
-        ``n_plans_answered``, ``n_errors``, ``n_endpoint_errors``, ``kinds``, ``errors``)
-        and ``unknown_tools``
-        (name -> calls).
+        answered steps), ``unbound_rate``, ``no_call_rate`` (answers with no tool call, a text
+        end of plan included, over answered steps), counts (``n_steps``, ``n_answered``,
+        ``n_plans``, ``n_plans_answered``, ``n_errors``, ``n_endpoint_errors``, ``kinds``,
+        ``errors``) and ``unknown_tools`` (name -> calls).
     """
     answered = [r for r in rows if r["kind"] != "error"]
     plans: dict[int, list[Mapping[str, Any]]] = {}
@@ -217,6 +217,9 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "argument_failures": dict(reasons.most_common()),
         "end_accuracy": _share(sum(bool(r["correct"]) for r in ends), len(ends)),
         "unbound_rate": _share(kinds["unbound"], len(answered)),
+        "no_call_rate": _share(
+            sum(r["kind"] != "malformed" and not r.get("n_calls") for r in answered), len(answered)
+        ),
         "prompt_tokens": float(np.mean(tokens)) if tokens else None,
         "variable_tokens": float(np.mean(variable)) if variable else None,
         "usage_prompt_tokens": float(np.mean(usage)) if usage else None,

@@ -27,6 +27,7 @@ selected that function at that step.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import random
@@ -58,6 +59,29 @@ NO_RETRIEVER = "none"
 
 END_TOOL = "end_plan"
 """The function the model calls to end a plan."""
+
+ZERO_DEMOS = "@0demos"
+"""Suffix of a retriever spec fitted on no demonstrations whose prompts carry none either
+(``hybrid@0demos``: a new user with no recorded plans)."""
+
+
+def split_spec(spec: str) -> tuple[str, bool]:
+    """(retriever id, whether it runs with zero demonstrations) of a retriever spec.
+
+    Raises:
+        ValueError: For a spec that is only the suffix, or ``none`` with it (no-ICL binds every
+            tool and has no demonstration to drop).
+    """
+    if not spec.endswith(ZERO_DEMOS):
+        return spec, False
+    base = spec[: -len(ZERO_DEMOS)]
+    if not base or base == NO_RETRIEVER:
+        raise ValueError(
+            f"retriever spec {spec!r}: {ZERO_DEMOS} needs a retriever id before it "
+            f"(e.g. hybrid{ZERO_DEMOS}); {NO_RETRIEVER!r} has no zero-demonstration variant"
+        )
+    return base, True
+
 
 MAX_RAW_DEMOS = 5
 """Demonstrations added by `raw_demos` (Section 5: "up to 5 additional demonstrations")."""
@@ -339,7 +363,23 @@ class ProtocolBuilder:
     def _system_prefix(self, plan: int) -> str:
         """The part of the system message every step of a plan shares."""
         instructions = AGENT_INSTRUCTIONS.format(end=END_TOOL)
+        if not self._examples[plan]:  # zero demonstrations: no example
+            return instructions
         return f"{instructions}\n\n{EXAMPLE_HEADER}\n{self._examples[plan]}"
+
+    def without_demonstrations(self) -> ProtocolBuilder:
+        """This builder for a user with no demonstrations.
+
+        The same steps and catalogue, but prompts with no example demonstration (and no raw
+        demonstrations).
+        """
+        clone = copy.copy(self)
+        clone.train = []
+        clone._examples = ["" for _ in self.test]
+        clone._prefix_tokens = [
+            self.counter.count(clone._system_prefix(i)) for i in range(len(self.test))
+        ]
+        return clone
 
     def _messages(self, step: E2EStep, extra: str) -> list[dict[str, Any]]:
         system = self._system_prefix(step.plan)
@@ -510,10 +550,12 @@ __all__ = [
     "END_TOOL",
     "MAX_RAW_DEMOS",
     "NO_RETRIEVER",
+    "ZERO_DEMOS",
     "ArgumentRequest",
     "E2EStep",
     "ProtocolBuilder",
     "StepRequest",
     "api_names",
     "cells",
+    "split_spec",
 ]

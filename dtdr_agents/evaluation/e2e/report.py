@@ -82,6 +82,7 @@ def format_e2e_markdown(report: Mapping[str, Any]) -> str:
                 "SR with arguments is not scored: this dataset's test plans do not record "
                 "arguments (TaskBench copies without them, for example)."
             )
+        parts.extend(_interval_tables(report))
         parts.append("")
         parts.append(_pivot(results))
         failures = _failures(results)
@@ -96,7 +97,86 @@ def format_e2e_markdown(report: Mapping[str, Any]) -> str:
         )
     for rid, reason in (report.get("skipped") or {}).items():
         parts.append(f"skipped {rid}: {reason}")
+    for cell in report.get("skipped_cells") or ():
+        parts.append(f"skipped {cell['retriever']}/{cell['mode']} (not run): {cell['reason']}")
     return "\n".join(parts)
+
+
+def _ci(figure: Mapping[str, Any] | None, scale: float = 100.0, digits: int = 1) -> str:
+    """``value [lo, hi]`` of an interval entry (``-`` where undefined)."""
+    if not figure or figure.get("value") is None:
+        return "-"
+    text = f"{scale * float(figure['value']):.{digits}f}"
+    ci = figure.get("ci")
+    if ci is not None:
+        text += f" [{scale * float(ci[0]):.{digits}f}, {scale * float(ci[1]):.{digits}f}]"
+    return text
+
+
+def _interval_tables(report: Mapping[str, Any]) -> list[str]:
+    """The figures with their bootstrap intervals, the paired comparisons and the targets."""
+    results: Sequence[Mapping[str, Any]] = report.get("results") or []
+    if not any(r.get("intervals") for r in results):
+        return []
+    boot = report.get("bootstrap") or {}
+    level = 100.0 * float(boot.get("level", 0.95))
+    lines = [
+        "",
+        f"With {level:.0f}% bootstrap intervals over test plans ({boot.get('n_boot')} "
+        "replicates); latency is the mean per request:",
+        "",
+        "| retriever | mode | demos | FSA % | SR % (selection) | SR % (function + arguments) | "
+        "no tool call % | prompt tokens/request | server prompt tokens/request | latency ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        iv = r.get("intervals") or {}
+        lines.append(
+            f"| {r['retriever']} | {r['mode']} | {_num(r.get('n_demos'))} | {_ci(iv.get('fsa'))} | "
+            f"{_ci(iv.get('sr'))} | {_ci(iv.get('sr_full'))} | {_ci(iv.get('no_call_rate'))} | "
+            f"{_ci(iv.get('prompt_tokens'), 1.0, 0)} | "
+            f"{_ci(iv.get('usage_prompt_tokens'), 1.0, 0)} | {_ci(iv.get('latency_ms'), 1.0, 0)} |"
+        )
+    comparisons: Sequence[Mapping[str, Any]] = report.get("comparisons") or []
+    if comparisons:
+        lines += [
+            "",
+            "Paired comparisons (the same test plans resampled for both cells): differences "
+            "in points, ratios as A / B:",
+            "",
+            "| A | B | FSA diff | SR diff | SR (fn + args) diff | SR ratio | "
+            "SR (fn + args) ratio | no tool call diff | prompt tokens ratio | latency ratio |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for c in comparisons:
+            if "skipped" in c:
+                lines.append(f"| {c['a']} | {c['b']} | not run: {c['skipped']} |" + " |" * 7)
+                continue
+            lines.append(
+                f"| {c['a']} | {c['b']} | {_ci(c.get('fsa_diff'))} | {_ci(c.get('sr_diff'))} | "
+                f"{_ci(c.get('sr_full_diff'))} | {_ci(c.get('sr_ratio'), 1.0, 2)} | "
+                f"{_ci(c.get('sr_full_ratio'), 1.0, 2)} | {_ci(c.get('no_call_rate_diff'))} | "
+                f"{_ci(c.get('prompt_tokens_ratio'), 1.0, 3)} | "
+                f"{_ci(c.get('latency_ms_ratio'), 1.0, 2)} |"
+            )
+    goals: Sequence[Mapping[str, Any]] = report.get("targets") or []
+    if goals:
+        lines += ["", "Targets (met: by the point estimate; clear: by the whole interval):", ""]
+        for g in goals:
+            if "skipped" in g:
+                lines.append(f"- {g['target']}: cannot be checked, {g['skipped']}")
+                continue
+            ratio = g.get("figure", "").endswith("_ratio")
+            shown = _ci(g, 1.0, 3) if ratio else _ci(g)
+            lines.append(
+                f"- {g['target']}: {g.get('figure')} {shown}; met {_yes(g.get('met'))}, "
+                f"clear {_yes(g.get('clear'))}"
+            )
+    return lines
+
+
+def _yes(value: Any) -> str:
+    return "-" if value is None else ("yes" if value else "no")
 
 
 def _argument_prompts(listing: Mapping[str, Any]) -> list[str]:
