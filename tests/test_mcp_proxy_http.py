@@ -1,0 +1,326 @@
+"""The MCP proxy over streamable HTTP: many real SDK clients against one real server.
+
+Each test starts ``python -m mcp_dtdr --transport streamable-http --port 0`` (a free loopback
+port, read back from the proxy's stderr) in front of the real upstream server of
+tests/mcp_upstream_server.py, and connects several `ClientSession`s concurrently with the
+SDK's streamable HTTP client. Expected exposures are computed independently from the saved
+model with the core `rank` + `select`, as in tests/test_mcp_proxy.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+import anyio
+import mcp_types as types
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from dtdr_agents.cli import main as cli_main
+from dtdr_agents.datasets.synthetic import make_demo_dataset
+from dtdr_agents.foundation.selection import SelectionPolicy, select
+from dtdr_agents.foundation.types import Demonstration
+from dtdr_agents.retrievers import load_retriever, make_retriever
+from dtdr_agents.retrievers.base import ToolRetriever
+from dtdr_agents.store.publishing import publish
+
+K = 3
+UPSTREAM = Path(__file__).with_name("mcp_upstream_server.py")
+META = ["set_task", "search_tools"]
+BOUND = 60  # seconds per test: two Python processes start, under load
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[Demonstration]]:
+    data = make_demo_dataset(340, seed=0)
+    folder = tmp_path_factory.mktemp("mcp_http")
+    retriever = make_retriever("dtdr-c", encoder="tfidf").fit(data.demos[:300], data.tools)
+    retriever.save(folder / "model")
+    tools_file = folder / "tools.json"
+    tools_file.write_text(json.dumps(data.tools.to_list()), encoding="utf-8")
+    return folder / "model", tools_file, list(data.demos[300:])
+
+
+@pytest.fixture(scope="module")
+def core(model: tuple[Path, Path, list[Demonstration]]) -> ToolRetriever:
+    return load_retriever(model[0])
+
+
+def expected(core: ToolRetriever, query: str, history: Sequence[str]) -> list[str]:
+    sel = select(core.rank(query, tuple(history)), SelectionPolicy(k=K, threshold=0.0))
+    return [n for n in core.tools_.names if n in sel.names]
+
+
+class Server:
+    """A proxy process serving streamable HTTP; its stderr lines are collected."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self.url = ""
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+            found = re.search(r"streamable HTTP at (http://\S+)", line)
+            if found:
+                self.url = found.group(1)
+
+    def wait_for(self, pattern: str, timeout: float = BOUND) -> str:
+        """The first stderr line matching `pattern` (waits for it)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for line in list(self.lines):
+                if re.search(pattern, line):
+                    return line
+            if self.proc.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"no stderr line matches {pattern!r}: {self.lines[-20:]}")
+
+
+@contextmanager
+def serve(
+    model_arg: str | None,
+    tools_file: Path,
+    *args: str,
+    upstream_flags: Sequence[str] = (),
+) -> Iterator[Server]:
+    """Start the proxy (options `args`) over streamable HTTP on a free loopback port."""
+    argv = [sys.executable, "-m", "mcp_dtdr", "--transport", "streamable-http"]
+    argv += ["--host", "127.0.0.1", "--port", "0", "-k", str(K), "--timeout", "20"]
+    argv += [*(["--model", model_arg] if model_arg else []), *args]
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "PYTHONPATH")}
+    env.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+    upstream = [sys.executable, str(UPSTREAM), "--tools", str(tools_file)]
+    proc = subprocess.Popen(
+        [*argv, "--", *upstream, *upstream_flags], stderr=subprocess.PIPE, text=True, env=env
+    )
+    server = Server(proc)
+    try:
+        server.wait_for(r"streamable HTTP at http://127\.0\.0\.1:\d+/mcp")
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+class Client:
+    """One MCP session over streamable HTTP and the notifications it received."""
+
+    def __init__(self, session: ClientSession, notes: list[str]) -> None:
+        self.session = session
+        self.notes = notes
+
+    async def names(self) -> list[str]:
+        return [t.name for t in (await self.session.list_tools()).tools]
+
+    async def call(self, name: str, args: dict[str, Any] | None = None) -> types.CallToolResult:
+        return await self.session.call_tool(name, args or {})
+
+    def changes(self) -> int:
+        return self.notes.count("ToolListChangedNotification")
+
+
+@asynccontextmanager
+async def connect(url: str) -> AsyncIterator[Client]:
+    notes: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        notes.append(type(message).__name__)
+
+    async with (
+        streamable_http_client(url) as (read, write),
+        ClientSession(read, write, message_handler=on_message, read_timeout_seconds=BOUND) as s,
+    ):
+        await s.initialize()
+        yield Client(s, notes)
+
+
+def echoed(result: types.CallToolResult) -> dict[str, Any]:
+    """What the upstream answered: ``{"tool": name, "args": {...}}``."""
+    content = result.content[0]
+    assert isinstance(content, types.TextContent), content
+    answer: dict[str, Any] = json.loads(content.text)
+    return answer
+
+
+def distinct_requests(core: ToolRetriever, tests: list[Demonstration], n: int) -> list[str]:
+    """`n` requests whose first exposed lists differ pairwise (so a mix-up would show)."""
+    chosen: list[str] = []
+    seen: list[list[str]] = []
+    for demo in tests:
+        first = expected(core, demo.query, ())
+        if first and first not in seen:
+            chosen.append(demo.query)
+            seen.append(first)
+        if len(chosen) == n:
+            return chosen
+    raise AssertionError("the demo data has too few requests with distinct first steps")
+
+
+async def test_concurrent_sessions_keep_their_own_task_and_history(
+    model: tuple[Path, Path, list[Demonstration]], core: ToolRetriever
+) -> None:
+    requests = distinct_requests(core, model[2], 3)
+    seen: dict[int, list[list[str]]] = {}
+    with anyio.fail_after(BOUND), serve(str(model[0]), model[1]) as server:
+
+        async def session(i: int, a_called: anyio.Event) -> None:
+            async with connect(server.url) as client:
+                query = requests[i]
+                await client.call("set_task", {"request": query})
+                lists = [await client.names()]
+                assert lists[0] == META + expected(core, query, ())
+                if i == 0:  # session 0 calls first; the others list after that call
+                    name = lists[0][2]
+                    result = await client.call(name, {"session": i})
+                    assert echoed(result) == {"tool": name, "args": {"session": i}}
+                    lists.append(await client.names())
+                    assert lists[1] == META + expected(core, query, [name])
+                    a_called.set()
+                else:
+                    await a_called.wait()
+                    # session 0's call is not in this session's history
+                    lists.append(await client.names())
+                    assert lists[1] == lists[0]
+                    name = lists[1][2]
+                    result = await client.call(name, {"session": i})
+                    assert echoed(result)["args"] == {"session": i}
+                    lists.append(await client.names())
+                    assert lists[2] == META + expected(core, query, [name])
+                assert client.changes() >= 1  # set_task changed its list: it was told
+                seen[i] = lists
+
+        a_called = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            for i in range(3):
+                tg.start_soon(session, i, a_called)
+    assert len(seen) == 3
+    firsts = [seen[i][0] for i in range(3)]
+    assert len({tuple(f) for f in firsts}) == 3  # different tasks, different exposed tools
+
+
+async def test_an_upstream_tool_change_reaches_every_session(
+    model: tuple[Path, Path, list[Demonstration]], core: ToolRetriever, tmp_path: Path
+) -> None:
+    requests = distinct_requests(core, model[2], 3)
+    exposed = {n for q in requests for n in expected(core, q, ())}
+    specs = json.loads(model[1].read_text(encoding="utf-8"))
+    kept = [s for s in specs if s["name"] not in exposed]  # every session's list must change
+    swapped = tmp_path / "swapped.json"
+    swapped.write_text(json.dumps(kept), encoding="utf-8")
+    trigger = tmp_path / "swap-now"
+    flags = ("--swap-tools", str(swapped), "--swap-when", str(trigger))
+    with anyio.fail_after(BOUND), serve(str(model[0]), model[1], upstream_flags=flags) as server:
+        async with connect(server.url) as a, connect(server.url) as b, connect(server.url) as c:
+            clients = [a, b, c]
+            for client, query in zip(clients, requests, strict=True):
+                await client.call("set_task", {"request": query})
+                assert (await client.names())[2:] == expected(core, query, ())
+            before = [client.changes() for client in clients]
+            trigger.touch()
+            with anyio.fail_after(30):
+                while any(c.changes() <= n for c, n in zip(clients, before, strict=True)):
+                    await anyio.sleep(0.05)
+            names = {s["name"] for s in kept}
+            for client in clients:
+                offered = (await client.names())[2:]
+                assert set(offered) <= names, offered  # the dropped tools are gone
+            for client in clients:  # each session still works on the new tools
+                offered = (await client.names())[2:]
+                if offered:
+                    assert echoed(await client.call(offered[0]))["tool"] == offered[0]
+
+
+def _refit(tests: list[Demonstration], core: ToolRetriever) -> tuple[ToolRetriever, str]:
+    """A second version (fitted on far fewer demonstrations) and a request it ranks
+    differently from `core` at the first step."""
+    data = make_demo_dataset(340, seed=0)
+    other = make_retriever("dtdr-c", encoder="tfidf").fit(data.demos[:25], data.tools)
+    for demo in tests:
+        mine = expected(core, demo.query, ())
+        theirs = expected(other, demo.query, ())
+        if mine and theirs and mine != theirs:
+            return other, demo.query
+    raise AssertionError("no request is ranked differently by the two versions")
+
+
+async def test_a_new_published_version_serves_from_the_next_step(
+    model: tuple[Path, Path, list[Demonstration]], core: ToolRetriever, tmp_path: Path
+) -> None:
+    v2, query = _refit(model[2], core)
+    root = tmp_path / "published"
+    publish(root, lambda folder: core.save(folder), check=load_retriever)
+    flags = ("--reload-interval", "0.2")
+    with anyio.fail_after(BOUND), serve(str(root / "latest"), model[1], *flags) as server:
+        async with connect(server.url) as client:
+            await client.call("set_task", {"request": query})
+            assert (await client.names())[2:] == expected(core, query, ())  # v000001
+            publish(root, lambda folder: v2.save(folder), check=load_retriever)
+            await anyio.to_thread.run_sync(server.wait_for, "serving v000002")
+            # the running task's list stays until its next step
+            assert (await client.names())[2:] == expected(core, query, ())
+            await client.call("set_task", {"request": query})  # the next step
+            assert (await client.names())[2:] == expected(v2, query, ())
+
+            def corrupt(folder: Path) -> None:
+                folder.mkdir(parents=True)
+                (folder / "manifest.json").write_text("{not json", encoding="utf-8")
+
+            publish(root, corrupt, check=None)  # published unchecked: the proxy must refuse it
+            await anyio.to_thread.run_sync(server.wait_for, r"v000003 is refused")
+            await client.call("set_task", {"request": query})
+            assert (await client.names())[2:] == expected(v2, query, ())  # v2 keeps serving
+
+
+def test_bad_transport_and_port_are_refused_with_the_option_named(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    upstream = ["--", sys.executable, str(UPSTREAM), "--tools", "tools.json"]
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["mcp-proxy", "--transport", "http", *upstream])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--transport" in err and "invalid choice: 'http'" in err and "streamable-http" in err
+
+    code = cli_main(["mcp-proxy", "--transport", "streamable-http", "--port", "70000", *upstream])
+    assert code != 0
+    assert "--port must be from 0 to 65535" in capsys.readouterr().err
+
+    code = cli_main(["mcp-proxy", "--port", "8123", *upstream])  # stdio has no port
+    assert code != 0
+    assert "--host and --port are options of --transport streamable-http" in (
+        capsys.readouterr().err
+    )
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = ["mcp-proxy", "--transport", "streamable-http", "--port", str(port), *upstream]
+        code = cli_main(args)
+    assert code != 0
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
