@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypedDict, cast
 
 from dtdr_agents.datasets._json import first_char, iter_json_array, iter_jsonl, read_text
 from dtdr_agents.datasets.base import Problem
-from dtdr_agents.datasets.plans import PlanCycleError, order_plan
 from dtdr_agents.foundation.errors import (
     DatasetFormatError,
     InvalidDemonstrationError,
@@ -282,34 +281,6 @@ def require_exists(path: Path | str, what: str) -> Path:
     if not p.exists():
         raise DatasetNotFoundError(f"{what} not found", str(p))
     return p
-
-
-def add_plan(
-    out: Collector,
-    path: Path | str,
-    line: int | None,
-    query: Any,
-    calls: Sequence[str],
-    edges: Iterable[tuple[int, int]] | None,
-    sample_id: str | None,
-    *,
-    cycle: str,
-    arguments: Callable[[Sequence[int]], Sequence[CallArguments] | None],
-) -> None:
-    """Order a sample's calls by its edges and add it; a cycle skips it (``cycle: ...``).
-
-    `arguments` gets the plan's order (`OrderedPlan.order`) and gives the calls' arguments
-    in that order (or None).
-    """
-    try:
-        plan = order_plan(calls, edges)
-    except PlanCycleError as exc:
-        out.report.skipped(f"{cycle}: {exc}", path, line)
-        return
-    args = arguments(plan.order)
-    demo = make_demo(out.report, path, line, query, plan.calls, plan.edges, sample_id, args)
-    if demo is not None:
-        out.add(demo, path, line)
 
 
 # ----------------------------------------------------------------------------- tools

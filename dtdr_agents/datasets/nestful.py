@@ -37,20 +37,16 @@ from typing import Any, Unpack
 
 from pydantic import Field
 
+from dtdr_agents.datasets._intake import Intake, SampleAt
 from dtdr_agents.datasets._io import (
     Catalogue,
-    Collector,
     DatasetNotFoundError,
     LoadOptions,
     Report,
-    UnknownTools,
-    add_plan,
     add_tool,
-    call_arguments,
     object_schema,
     require_exists,
     require_file,
-    resolve_unknown,
     start_load,
     text_of,
 )
@@ -128,27 +124,24 @@ def load_nestful(
     if order not in ("dependencies", "recorded"):
         raise ValueError(f"order must be 'dependencies' or 'recorded', got {order!r}")
     load = start_load("load_nestful", options)
-    policy = load.policy
     pairs = _data_and_specs(path, split, spec_path)
     report = load.report
     catalogue = Catalogue()
     raw_specs: dict[str, Any] = {}
     for _, spec in pairs:
         _read_spec(spec, catalogue, report, raw_specs)
-    out = load.collector()
+    intake = Intake.start(load, catalogue)
     for data_path, _ in pairs:
         prefix = _short_name(data_path)
         for index, line, record in iter_records(data_path, report):
-            if out.full:
+            if intake.out.full:
                 break
-            _add_sample(
-                record, f"{prefix}-{index}", data_path, line, catalogue, policy, order, report, out
-            )
+            _add_sample(record, f"{prefix}-{index}", intake.at(data_path, line), order)
     spec_files = [s for _, s in pairs]
     return Dataset(
         name="nestful",
         tools=catalogue.toolset(spec_files[0]),
-        demos=tuple(out.demos),
+        demos=tuple(intake.out.demos),
         problems=report.problems,
         source=", ".join(str(d) for d, _ in pairs),
     )
@@ -231,50 +224,29 @@ def _read_spec(path: Path, catalogue: Catalogue, report: Report, raw: dict[str, 
         raw[name] = record
 
 
-def _add_sample(
-    record: Any,
-    sample_id: str,
-    path: Path,
-    line: int,
-    catalogue: Catalogue,
-    policy: UnknownTools,
-    order: PlanOrder,
-    report: Report,
-    out: Collector,
-) -> None:
-    sample = parse(Sample, record, report, path, line)
+def _add_sample(record: Any, sample_id: str, at: SampleAt, order: PlanOrder) -> None:
+    sample = at.parse(Sample, record)
     if sample is None:
         return
     output = sample.output
     steps = output[:-1] if output and output[-1].name == RESULT_PSEUDO_CALL else output
     calls = [s.name for s in steps]
-    if not resolve_unknown(calls, catalogue, policy, report, path, line, "the spec file"):
+    if not at.known(calls, "the spec file"):
         return
-    edges = None if order == "recorded" else _reference_edges(steps, report, path, line)
-    add_plan(
-        out,
-        path,
-        line,
+    edges = None if order == "recorded" else _reference_edges(steps, at)
+    at.add(
         sample.input,
         calls,
         edges,
         sample_id,
         cycle="$var references",
-        arguments=lambda plan_order: call_arguments(
-            [s.arguments for s in steps],
-            [s.label or None for s in steps],
-            "output[{k}].arguments",
-            report,
-            path,
-            line,
-            plan_order,
+        arguments=at.arguments(
+            [s.arguments for s in steps], [s.label or None for s in steps], "output[{k}].arguments"
         ),
     )
 
 
-def _reference_edges(
-    steps: Sequence[Step], report: Report, path: Path, line: int
-) -> list[tuple[int, int]]:
+def _reference_edges(steps: Sequence[Step], at: SampleAt) -> list[tuple[int, int]]:
     """Edges (producer, consumer) from ``$label...$`` arguments."""
     holders: dict[str, list[int]] = {}
     for k, step in enumerate(steps):
@@ -282,11 +254,9 @@ def _reference_edges(
             holders.setdefault(step.label, []).append(k)
     shared = {lab: ps for lab, ps in holders.items() if len(ps) > 1}
     for lab, positions in shared.items():
-        report.repaired(
+        at.repaired(
             f"label {lab!r} is given to calls {', '.join(map(str, positions))}; a reference "
-            "goes to the nearest earlier call with that label",
-            path,
-            line,
+            "goes to the nearest earlier call with that label"
         )
     edges: set[tuple[int, int]] = set()
     for j, step in enumerate(steps):
@@ -295,11 +265,9 @@ def _reference_edges(
                 ks = holders.get(lab)
                 if ks is None:
                     if re.fullmatch(r"var\d+", lab):
-                        report.kept(
+                        at.kept(
                             f"output[{j}] refers to ${lab}$, which no call is labelled; "
-                            "ignored the reference",
-                            path,
-                            line,
+                            "ignored the reference"
                         )
                     continue
                 earlier = [k for k in ks if k < j]
@@ -308,17 +276,11 @@ def _reference_edges(
                     continue
                 later = [k for k in ks if k > j]
                 if later:
-                    report.repaired(
+                    at.repaired(
                         f"output[{j}] refers to ${lab}$ before the call labelled {lab!r} "
-                        f"(output[{later[0]}]); moved that call first",
-                        path,
-                        line,
+                        f"(output[{later[0]}]); moved that call first"
                     )
                     edges.add((later[0], j))
                     continue
-                report.kept(
-                    f"output[{j}] refers to its own label ${lab}$; ignored the reference",
-                    path,
-                    line,
-                )
+                at.kept(f"output[{j}] refers to its own label ${lab}$; ignored the reference")
     return sorted(edges)

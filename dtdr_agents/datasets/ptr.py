@@ -26,26 +26,24 @@ from typing import Any, Literal, Protocol, Unpack
 
 from pydantic import Field
 
+from dtdr_agents.datasets._intake import Intake, SampleAt
 from dtdr_agents.datasets._io import (
     Catalogue,
-    Collector,
     DatasetNotFoundError,
     LoadOptions,
     Report,
-    UnknownTools,
     add_tool,
     check_options,
     make_demo,
     require_exists,
     require_file,
-    resolve_unknown,
     start_load,
 )
 from dtdr_agents.datasets._json import (
     iter_json_object,
     iter_records,
 )
-from dtdr_agents.datasets._raw import Name, RawRecord, parse
+from dtdr_agents.datasets._raw import Name, RawRecord
 from dtdr_agents.datasets.base import Dataset
 
 PtrVariant = Literal["rectools", "metatool"]
@@ -149,20 +147,19 @@ def load_ptr(
         DatasetFormatError: A malformed sample, with ``skip_bad=False``.
     """
     load = start_load("load_ptr", options)
-    policy = load.policy
     queries, tools_file, name = _locate(path, variant, tools_path)
     report = load.report
     catalogue = _read_descriptions(tools_file, report)
-    out = load.collector()
+    intake = Intake.start(load, catalogue)
     stem = queries.stem.removesuffix("_QT")
     for index, line, record in iter_records(queries, report):
-        if out.full:
+        if intake.out.full:
             break
-        _add_sample(record, f"{stem}-{index}", queries, line, catalogue, policy, report, out)
+        _add_sample(record, f"{stem}-{index}", intake.at(queries, line))
     return Dataset(
         name=name,
         tools=catalogue.toolset(tools_file),
-        demos=tuple(out.demos),
+        demos=tuple(intake.out.demos),
         set_valued=True,
         problems=report.problems,
         source=str(queries),
@@ -224,30 +221,19 @@ def _read_descriptions(path: Path, report: Report) -> Catalogue:
     return catalogue
 
 
-def _add_sample(
-    record: Any,
-    sample_id: str,
-    path: Path,
-    line: int,
-    catalogue: Catalogue,
-    policy: UnknownTools,
-    report: Report,
-    out: Collector,
-) -> None:
-    sample = parse(Sample, record, report, path, line)
+def _add_sample(record: Any, sample_id: str, at: SampleAt) -> None:
+    sample = at.parse(Sample, record)
     if sample is None:
         return
     tools = sample.tool
     query = sample.query
     unique = list(dict.fromkeys(tools))
     if len(unique) < len(tools):
-        report.repaired("a tool is listed twice in the set; kept it once", path, line)
+        at.repaired("a tool is listed twice in the set; kept it once")
     if isinstance(query, str) and query.strip() and not _WORD.search(query):
-        report.kept(f"the query {query!r} has no words", path, line)
-    if not resolve_unknown(
-        unique, catalogue, policy, report, path, line, "the tool descriptions file"
-    ):
+        at.kept(f"the query {query!r} has no words")
+    if not at.known(unique, "the tool descriptions file"):
         return
-    demo = make_demo(report, path, line, query, unique, (), sample_id)
+    demo = make_demo(at.report, at.path, at.line, query, unique, (), sample_id)
     if demo is not None:
-        out.add(demo, path, line)
+        at.intake.out.add(demo, at.path, at.line)

@@ -32,20 +32,16 @@ from typing import Annotated, Any, Literal, Unpack
 
 from pydantic import Field
 
+from dtdr_agents.datasets._intake import Intake, SampleAt
 from dtdr_agents.datasets._io import (
     Catalogue,
-    Collector,
     DatasetNotFoundError,
     LoadOptions,
     Report,
-    UnknownTools,
-    add_plan,
     add_tool,
-    call_arguments,
     object_schema,
     require_exists,
     require_file,
-    resolve_unknown,
     start_load,
     text_of,
 )
@@ -95,21 +91,20 @@ def load_sealtools(
     if order not in ("dependencies", "recorded"):
         raise ValueError(f"order must be 'dependencies' or 'recorded', got {order!r}")
     load = start_load("load_sealtools", options)
-    policy = load.policy
     files, folder = _split_files(path, split)
     tools_file = Path(tools_path) if tools_path is not None else folder / TOOLS_FILE
     report = load.report
     catalogue = read_sealtools_tools(tools_file, report)
-    out = load.collector()
+    intake = Intake.start(load, catalogue)
     for data_path in files:
         for line, record in iter_jsonl(data_path, report):
-            if out.full:
+            if intake.out.full:
                 break
-            _add_sample(record, data_path, line, catalogue, policy, order, report, out)
+            _add_sample(record, intake.at(data_path, line), order)
     return Dataset(
         name="sealtools",
         tools=catalogue.toolset(tools_file),
-        demos=tuple(out.demos),
+        demos=tuple(intake.out.demos),
         problems=report.problems,
         source=", ".join(str(f) for f in files),
     )
@@ -187,49 +182,30 @@ def _split_files(path: str | Path, split: str | None) -> tuple[list[Path], Path]
     return ordered + [found[k] for k in sorted(found)], p
 
 
-def _add_sample(
-    record: Any,
-    path: Path,
-    line: int,
-    catalogue: Catalogue,
-    policy: UnknownTools,
-    order: PlanOrder,
-    report: Report,
-    out: Collector,
-) -> None:
-    sample = parse(Sample, record, report, path, line)
+def _add_sample(record: Any, at: SampleAt, order: PlanOrder) -> None:
+    sample = at.parse(Sample, record)
     if sample is None:
         return
     calling = sample.calling
     calls = [c.api for c in calling]
-    demo_id = None if sample.id is None else str(sample.id)
-    if not resolve_unknown(calls, catalogue, policy, report, path, line, TOOLS_FILE):
+    if not at.known(calls, TOOLS_FILE):
         return
-    edges = None if order == "recorded" else _reference_edges(calling, report, path, line)
-    add_plan(
-        out,
-        path,
-        line,
+    edges = None if order == "recorded" else _reference_edges(calling, at)
+    at.add(
         sample.query,
         calls,
         edges,
-        demo_id,
+        None if sample.id is None else str(sample.id),
         cycle="output references",
-        arguments=lambda plan_order: call_arguments(
+        arguments=at.arguments(
             [c.parameters for c in calling],
             [", ".join(c.responses) or None for c in calling],
             "calling[{k}].parameters",
-            report,
-            path,
-            line,
-            plan_order,
         ),
     )
 
 
-def _reference_edges(
-    calling: Sequence[Call], report: Report, path: Path, line: int
-) -> list[tuple[int, int]]:
+def _reference_edges(calling: Sequence[Call], at: SampleAt) -> list[tuple[int, int]]:
     """Edges (producer, consumer) from response labels used as arguments."""
     owner: dict[str, int] = {}
     for k, call in enumerate(calling):
@@ -241,17 +217,13 @@ def _reference_edges(
             for label in _LABEL.findall(text):
                 i = owner.get(label)
                 if i is None:
-                    report.kept(
+                    at.kept(
                         f"calling[{j}] refers to {label!r}, which no call returns; "
-                        "ignored the reference",
-                        path,
-                        line,
+                        "ignored the reference"
                     )
                 elif i == j:
-                    report.kept(
-                        f"calling[{j}] refers to its own output {label!r}; ignored the reference",
-                        path,
-                        line,
+                    at.kept(
+                        f"calling[{j}] refers to its own output {label!r}; ignored the reference"
                     )
                 else:
                     edges.add((i, j))

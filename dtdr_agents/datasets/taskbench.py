@@ -57,19 +57,15 @@ from typing import Any, Unpack
 
 from pydantic import Field
 
+from dtdr_agents.datasets._intake import Intake, SampleAt
 from dtdr_agents.datasets._io import (
     Catalogue,
-    Collector,
     DatasetNotFoundError,
     LoadOptions,
     Report,
-    UnknownTools,
-    add_plan,
-    call_arguments,
     json_type,
     require_exists,
     require_file,
-    resolve_unknown,
     start_load,
 )
 from dtdr_agents.datasets._json import (
@@ -118,7 +114,6 @@ def load_taskbench(
         DatasetFormatError: A malformed record, with ``skip_bad=False``.
     """
     load = start_load("load_taskbench", options)
-    policy = load.policy
     folder, data_path = _locate(path, split)
     if not data_path.is_file():
         raise DatasetNotFoundError(
@@ -131,15 +126,15 @@ def load_taskbench(
     catalogue = _read_tool_desc(folder / "tool_desc.json", report)
     graph = _read_graph(folder / "graph_desc.json", catalogue, report)
     requests = _read_user_requests(folder / "user_requests.json", report)
-    out = load.collector()
+    intake = Intake.start(load, catalogue)
     for line, record in iter_jsonl(data_path, report):
-        if out.full:
+        if intake.out.full:
             break
-        _add_sample(record, data_path, line, requests, catalogue, policy, report, out)
+        _add_sample(record, intake.at(data_path, line), requests)
     return Dataset(
         name="taskbench",
         tools=catalogue.toolset(folder / "tool_desc.json"),
-        demos=tuple(out.demos),
+        demos=tuple(intake.out.demos),
         tool_graph=graph,
         problems=report.problems,
         source=str(data_path),
@@ -363,69 +358,45 @@ def _read_user_requests(path: Path, report: Report) -> dict[str, list[str]]:
 # ----------------------------------------------------------------------------- samples
 
 
-def _add_sample(
-    record: Any,
-    path: Path,
-    line: int,
-    requests: Mapping[str, Sequence[str]],
-    catalogue: Catalogue,
-    policy: UnknownTools,
-    report: Report,
-    out: Collector,
-) -> None:
+def _add_sample(record: Any, at: SampleAt, requests: Mapping[str, Sequence[str]]) -> None:
     """Check, repair and add one data.json sample (or report why not)."""
-    sample = parse(Sample, record, report, path, line)
+    sample = at.parse(Sample, record)
     if sample is None:
         return
     sample_id = str(sample.id)
     nodes, links = sample.task_nodes, sample.task_links
     calls = [node.task for node in nodes]
-    query = _query_of(sample, requests, report, path, line)
+    query = _query_of(sample, requests, at)
     if query is None:
         return
     if not calls:
-        report.skipped(f"sample {sample_id!r} has no task nodes", path, line)
+        at.skipped(f"sample {sample_id!r} has no task nodes")
         return
-    if not resolve_unknown(calls, catalogue, policy, report, path, line, "tool_desc.json"):
+    if not at.known(calls, "tool_desc.json"):
         return
     n_tools = sample.n_tools
     if isinstance(n_tools, int) and n_tools != len(calls):
-        report.kept(
-            f"n_tools is {n_tools} but there are {len(calls)} task nodes; used the task nodes",
-            path,
-            line,
-        )
-    add_plan(
-        out,
-        path,
-        line,
+        at.kept(f"n_tools is {n_tools} but there are {len(calls)} task nodes; used the task nodes")
+    at.add(
         query,
         calls,
-        _resolve_links(links, calls, report, path, line),
+        _resolve_links(links, calls, at),
         sample_id,
         cycle="task_links",
-        arguments=lambda plan_order: _node_arguments(
-            nodes, calls, catalogue, report, path, line, plan_order
-        ),
+        arguments=lambda plan_order: _node_arguments(nodes, calls, at, plan_order),
     )
 
 
 def _node_arguments(
-    nodes: Sequence[Node],
-    calls: Sequence[str],
-    catalogue: Catalogue,
-    report: Report,
-    path: Path,
-    line: int,
-    order: Sequence[int],
-) -> list[CallArguments] | None:
+    nodes: Sequence[Node], calls: Sequence[str], at: SampleAt, order: Sequence[int]
+) -> Sequence[CallArguments] | None:
     """The nodes' published arguments by name (in the plan's `order`), or None."""
     raw = [node.arguments for node in nodes]
     if all(a is None for a in raw):
         return None
     values: list[Any] = []
     for k, (arg, name) in enumerate(zip(raw, calls, strict=True)):
-        tool = catalogue.get(name)
+        tool = at.intake.catalogue.get(name)
         props = list((tool.parameters.get("properties") or {}) if tool else {})
         if isinstance(arg, list) and all(
             isinstance(a, Mapping) and isinstance(a.get("name"), str) for a in arg
@@ -434,53 +405,37 @@ def _node_arguments(
         elif isinstance(arg, list) and len(arg) == len(props):
             values.append(dict(zip(props, arg, strict=True)))
         else:
-            report.kept(
+            at.kept(
                 f"task_nodes[{k}].arguments is not a list of the {len(props)} inputs of "
-                f"{name!r}; the sample's parameter filling is not scored",
-                path,
-                line,
+                f"{name!r}; the sample's parameter filling is not scored"
             )
             return None
     labels = [f"<node-{k}>" for k in range(len(calls))]
-    return call_arguments(values, labels, "task_nodes[{k}].arguments", report, path, line, order)
+    return at.arguments(values, labels, "task_nodes[{k}].arguments")(order)
 
 
-def _query_of(
-    sample: Sample,
-    requests: Mapping[str, Sequence[str]],
-    report: Report,
-    path: Path,
-    line: int,
-) -> str | None:
+def _query_of(sample: Sample, requests: Mapping[str, Sequence[str]], at: SampleAt) -> str | None:
     sample_id = str(sample.id)
     texts = requests.get(sample_id)
     if texts:
         if len(texts) > 1:
-            report.kept(
+            at.kept(
                 f"user_requests.json gives {len(texts)} different requests for id "
-                f"{sample_id!r}; used the first",
-                path,
-                line,
+                f"{sample_id!r}; used the first"
             )
         return texts[0]
     for value in (sample.user_request, sample.instruction):
         if isinstance(value, str) and value.strip():
             return value
-    report.malformed(
+    at.malformed(
         f"no query for id {sample_id!r}: not in user_requests.json and no 'user_request' or "
-        "'instruction' field",
-        path,
-        line,
+        "'instruction' field"
     )
     return None
 
 
 def _resolve_links(
-    links: Sequence[Link],
-    calls: Sequence[str],
-    report: Report,
-    path: Path,
-    line: int,
+    links: Sequence[Link], calls: Sequence[str], at: SampleAt
 ) -> list[tuple[int, int]]:
     """task_links as (i, j) node positions, repairing / dropping links as documented."""
     positions: dict[str, list[int]] = {}
@@ -496,11 +451,9 @@ def _resolve_links(
             if isinstance(ref, int) and not isinstance(ref, bool):
                 by_index.append(f"{role} {ref}")
                 if not 0 <= ref < len(calls):
-                    report.repaired(
+                    at.repaired(
                         f"link {role} {ref} is not a node position (0-{len(calls) - 1}); "
-                        "dropped the link",
-                        path,
-                        line,
+                        "dropped the link"
                     )
                     break
                 ends.append([ref])
@@ -509,35 +462,25 @@ def _resolve_links(
                     ambiguous.add(ref)
                 ends.append(positions[ref])
             else:
-                report.repaired(
-                    f"link {role} {ref!r} is not one of the task nodes; dropped the link",
-                    path,
-                    line,
-                )
+                at.repaired(f"link {role} {ref!r} is not one of the task nodes; dropped the link")
                 break
         if len(ends) != 2:
             continue
         pair = _nearest_pair(ends[0], ends[1])
         if pair is None:
-            report.repaired(
-                f"link {link.source!r} -> {link.target!r} joins a node to itself; dropped the link",
-                path,
-                line,
+            at.repaired(
+                f"link {link.source!r} -> {link.target!r} joins a node to itself; dropped the link"
             )
             continue
         edges.append(pair)
     if by_index:
-        report.repaired(
-            "task_links refer to nodes by index, not by name; read them as positions in task_nodes",
-            path,
-            line,
+        at.repaired(
+            "task_links refer to nodes by index, not by name; read them as positions in task_nodes"
         )
     if ambiguous:
-        report.repaired(
+        at.repaired(
             f"task(s) {', '.join(map(repr, sorted(ambiguous)))} occur more than once; links "
-            "naming them join the nearest occurrences (source listed before target)",
-            path,
-            line,
+            "naming them join the nearest occurrences (source listed before target)"
         )
     return edges
 
