@@ -153,8 +153,7 @@ def reciprocal_rank(ranked: Sequence[str], relevant: Iterable[str]) -> float:
         acceptable name is ranked.
 
     Raises:
-        TypeError: If `ranked` is a string or a set, or `relevant` is a string.
-        ValueError: If `relevant` is empty.
+        TypeError, ValueError: As the module's conventions say for ``ranked`` and ``relevant``.
     """
     items = _ranked_list(ranked)
     rel = _relevant_set(relevant)
@@ -179,8 +178,7 @@ def top1_accuracy(ranked: Sequence[str], relevant: Iterable[str]) -> float:
         1.0 if ``ranked[0]`` is acceptable, else 0.0 (also 0.0 for an empty ranking).
 
     Raises:
-        TypeError: If `ranked` is a string or a set, or `relevant` is a string.
-        ValueError: If `relevant` is empty.
+        TypeError, ValueError: As the module's conventions say for ``ranked`` and ``relevant``.
     """
     items = _ranked_list(ranked)
     rel = _relevant_set(relevant)
@@ -203,9 +201,7 @@ def precision_at_k(ranked: Sequence[str], relevant: Iterable[str], k: int) -> fl
         ``|set(ranked[:k]) ∩ relevant| / k``, in [0, 1].
 
     Raises:
-        TypeError: If `ranked` is a string or a set, `relevant` is a string, or `k` is not an
-            integer.
-        ValueError: If `relevant` is empty or ``k < 1``.
+        TypeError, ValueError: As the module's conventions say for ``ranked``, ``relevant``, ``k``.
     """
     kk = _check_k(k)
     return _hits_at_k(_ranked_list(ranked), _relevant_set(relevant), kk) / kk
@@ -227,9 +223,7 @@ def recall_at_k(ranked: Sequence[str], relevant: Iterable[str], k: int) -> float
         ``|set(ranked[:k]) ∩ relevant| / |relevant|``, in [0, 1]; non-decreasing in ``k``.
 
     Raises:
-        TypeError: If `ranked` is a string or a set, `relevant` is a string, or `k` is not an
-            integer.
-        ValueError: If `relevant` is empty or ``k < 1``.
+        TypeError, ValueError: As the module's conventions say for ``ranked``, ``relevant``, ``k``.
     """
     kk = _check_k(k)
     rel = _relevant_set(relevant)
@@ -279,9 +273,7 @@ def dcg_at_k(ranked: Sequence[str], relevant: Iterable[str], k: int) -> float:
         The (unnormalised) DCG, in ``[0, sum_{i=1..min(k, |relevant|)} 1 / log2(i + 1)]``.
 
     Raises:
-        TypeError: If `ranked` is a string or a set, `relevant` is a string, or `k` is not an
-            integer.
-        ValueError: If `relevant` is empty or ``k < 1``.
+        TypeError, ValueError: As the module's conventions say for ``ranked``, ``relevant``, ``k``.
     """
     kk = _check_k(k)
     rel = _relevant_set(relevant)
@@ -318,9 +310,7 @@ def ndcg_at_k(ranked: Sequence[str], relevant: Iterable[str], k: int) -> float:
         relevant tools.
 
     Raises:
-        TypeError: If `ranked` is a string or a set, `relevant` is a string, or `k` is not an
-            integer.
-        ValueError: If `relevant` is empty or ``k < 1``.
+        TypeError, ValueError: As the module's conventions say for ``ranked``, ``relevant``, ``k``.
     """
     kk = _check_k(k)
     rel = _relevant_set(relevant)
@@ -345,9 +335,7 @@ def pass_at_k(ranked: Sequence[str], relevant: Iterable[str], k: int) -> float:
         1.0 if ``relevant ⊆ set(ranked[:k])``, else 0.0.
 
     Raises:
-        TypeError: If `ranked` is a string or a set, `relevant` is a string, or `k` is not an
-            integer.
-        ValueError: If `relevant` is empty or ``k < 1``.
+        TypeError, ValueError: As the module's conventions say for ``ranked``, ``relevant``, ``k``.
     """
     kk = _check_k(k)
     rel = _relevant_set(relevant)
@@ -371,9 +359,7 @@ def completeness_at_k(ranked: Sequence[str], relevant: Iterable[str], k: int) ->
         1.0 if every relevant name is among ``ranked[:k]``, else 0.0.
 
     Raises:
-        TypeError: If `ranked` is a string or a set, `relevant` is a string, or `k` is not an
-            integer.
-        ValueError: If `relevant` is empty or ``k < 1``.
+        TypeError, ValueError: As the module's conventions say for ``ranked``, ``relevant``, ``k``.
     """
     return pass_at_k(ranked, relevant, k)
 
