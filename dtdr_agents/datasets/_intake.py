@@ -9,7 +9,7 @@ so a loader's per-sample code names only what its format adds.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,10 +24,12 @@ from dtdr_agents.datasets._io import (
     resolve_unknown,
 )
 from dtdr_agents.datasets._raw import RawRecord, parse
+from dtdr_agents.datasets.base import Dataset
 from dtdr_agents.datasets.plans import PlanCycleError, order_plan
 from dtdr_agents.foundation.types import CallArguments
 
 M = TypeVar("M", bound=RawRecord)
+R = TypeVar("R")
 
 Arguments = Callable[[Sequence[int]], Sequence[CallArguments] | None]
 """A sample's recorded arguments in a given call order (`add_plan`'s ``arguments``)."""
@@ -46,6 +48,24 @@ class Intake:
     def start(cls, load: Load, catalogue: Catalogue) -> Intake:
         """The intake of `load` (its policy, report and a new collector) into `catalogue`."""
         return cls(catalogue, load.policy, load.report, load.collector())
+
+    def take(self, records: Iterable[R]) -> Iterator[R]:
+        """The `records`, until the collector is full (``limit``)."""
+        for record in records:
+            if self.out.full:
+                return
+            yield record
+
+    def dataset(self, name: str, tools_file: Path, source: str, **extra: Any) -> Dataset:
+        """The loaded dataset: the catalogue (read from `tools_file`), samples and problems."""
+        return Dataset(
+            name=name,
+            tools=self.catalogue.toolset(tools_file),
+            demos=tuple(self.out.demos),
+            problems=self.report.problems,
+            source=source,
+            **extra,
+        )
 
     def at(self, path: Path, line: int | None) -> SampleAt:
         """The sample read from `path` at `line`."""

@@ -133,18 +133,9 @@ def load_nestful(
     intake = Intake.start(load, catalogue)
     for data_path, _ in pairs:
         prefix = _short_name(data_path)
-        for index, line, record in iter_records(data_path, report):
-            if intake.out.full:
-                break
+        for index, line, record in intake.take(iter_records(data_path, report)):
             _add_sample(record, f"{prefix}-{index}", intake.at(data_path, line), order)
-    spec_files = [s for _, s in pairs]
-    return Dataset(
-        name="nestful",
-        tools=catalogue.toolset(spec_files[0]),
-        demos=tuple(intake.out.demos),
-        problems=report.problems,
-        source=", ".join(str(d) for d, _ in pairs),
-    )
+    return intake.dataset("nestful", pairs[0][1], ", ".join(str(d) for d, _ in pairs))
 
 
 def _short_name(data_path: Path) -> str:

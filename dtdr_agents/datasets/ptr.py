@@ -152,18 +152,9 @@ def load_ptr(
     catalogue = _read_descriptions(tools_file, report)
     intake = Intake.start(load, catalogue)
     stem = queries.stem.removesuffix("_QT")
-    for index, line, record in iter_records(queries, report):
-        if intake.out.full:
-            break
+    for index, line, record in intake.take(iter_records(queries, report)):
         _add_sample(record, f"{stem}-{index}", intake.at(queries, line))
-    return Dataset(
-        name=name,
-        tools=catalogue.toolset(tools_file),
-        demos=tuple(intake.out.demos),
-        set_valued=True,
-        problems=report.problems,
-        source=str(queries),
-    )
+    return intake.dataset(name, tools_file, str(queries), set_valued=True)
 
 
 def _locate(

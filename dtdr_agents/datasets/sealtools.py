@@ -97,17 +97,9 @@ def load_sealtools(
     catalogue = read_sealtools_tools(tools_file, report)
     intake = Intake.start(load, catalogue)
     for data_path in files:
-        for line, record in iter_jsonl(data_path, report):
-            if intake.out.full:
-                break
+        for line, record in intake.take(iter_jsonl(data_path, report)):
             _add_sample(record, intake.at(data_path, line), order)
-    return Dataset(
-        name="sealtools",
-        tools=catalogue.toolset(tools_file),
-        demos=tuple(intake.out.demos),
-        problems=report.problems,
-        source=", ".join(str(f) for f in files),
-    )
+    return intake.dataset("sealtools", tools_file, ", ".join(str(f) for f in files))
 
 
 class ToolRecord(RawRecord):

@@ -127,18 +127,9 @@ def load_taskbench(
     graph = _read_graph(folder / "graph_desc.json", catalogue, report)
     requests = _read_user_requests(folder / "user_requests.json", report)
     intake = Intake.start(load, catalogue)
-    for line, record in iter_jsonl(data_path, report):
-        if intake.out.full:
-            break
+    for line, record in intake.take(iter_jsonl(data_path, report)):
         _add_sample(record, intake.at(data_path, line), requests)
-    return Dataset(
-        name="taskbench",
-        tools=catalogue.toolset(folder / "tool_desc.json"),
-        demos=tuple(intake.out.demos),
-        tool_graph=graph,
-        problems=report.problems,
-        source=str(data_path),
-    )
+    return intake.dataset("taskbench", folder / "tool_desc.json", str(data_path), tool_graph=graph)
 
 
 def load_taskbench_catalogue(
