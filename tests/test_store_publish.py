@@ -143,6 +143,35 @@ def test_refit_publishes_from_the_store_and_rollback_moves_back(
     assert current(pub) is not None and current(pub).name == "v000001"  # type: ignore[union-attr]
 
 
+def test_fit_reads_the_store_as_it_reads_a_dataset(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from dtdr_agents.cli import main
+    from dtdr_agents.store import RunRecord, RunStore
+
+    data = make_demo_dataset(n=30, seed=4)
+    tools_file = tmp_path / "tools.json"
+    tools_file.write_text(json.dumps([t.to_dict() for t in data.tools]))
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    with RunStore(db) as store:
+        store.add_many(RunRecord.from_demonstration(d) for d in data.demos[:20])
+        store.add(RunRecord.from_demonstration(data.demos[20], outcome="failure"))
+    common = ["fit", "--dataset", "store", "--path", db, "--retriever", "dtdr-c"]
+    assert main([*common, "-o", str(tmp_path / "m0")]) == 2  # no catalogue
+    assert "needs --path URL" in capsys.readouterr().err and not (tmp_path / "m0").exists()
+    assert (
+        main([*common, "--tools", str(tools_file), "--encoder", "tfidf", "-o", str(tmp_path / "m")])
+        == 0
+    )
+    assert "on 20 demonstrations" in capsys.readouterr().err  # the failed run is left out
+    from_store = load_retriever(tmp_path / "m")
+    direct = make_retriever("dtdr-c", encoder="tfidf").fit(data.demos[:20], data.tools)
+    for demo in data.demos[21:]:
+        assert from_store.rank(demo.query).names[:5] == direct.rank(demo.query).names[:5]
+
+
 def test_a_step_selector_takes_up_a_new_version_between_steps_only(
     tmp_path: Path, fitted: list[ToolRetriever]
 ) -> None:

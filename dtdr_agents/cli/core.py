@@ -23,6 +23,7 @@ from dtdr_agents.foundation.encoders import default_cache_dir
 from dtdr_agents.foundation.progress import progress_bar
 
 if TYPE_CHECKING:
+    from dtdr_agents.datasets.base import Dataset
     from dtdr_agents.retrievers import ToolRetriever
 
 DEMO_RETRIEVERS = ("dr", "lr", "dtdr-c", "dtdr-l", "dtdr-l-s", "hybrid")
@@ -32,7 +33,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Fit the demo retrievers on the embedded demo data and print the comparison."""
     from dataclasses import replace
 
-    from dtdr_agents.datasets.base import Dataset
     from dtdr_agents.datasets.split import split_demonstrations
     from dtdr_agents.datasets.synthetic import make_demo_dataset
     from dtdr_agents.evaluation.bench import run_seeded
@@ -94,6 +94,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 1 if any(r.error for rs in run.runs.values() for r in rs) or run.skipped else 0
 
 
+def _store_dataset(args: argparse.Namespace) -> Dataset:
+    """The run store at ``--path`` as a dataset over the ``--tools`` catalogue."""
+    from dtdr_agents.datasets import load_tools
+    from dtdr_agents.store.runs import RunStore
+
+    if not args.path or not args.tools:
+        raise CLIError(
+            "--dataset store needs --path URL (e.g. sqlite:///runs.db) and --tools FILE "
+            "(the catalogue the runs are checked against)"
+        )
+    with RunStore(args.path) as store:
+        data = store.dataset(load_tools(args.tools))
+    if args.limit is not None:
+        data = dataclasses.replace(data, demos=data.demos[: args.limit])
+    return data
+
+
 def cmd_fit(args: argparse.Namespace) -> int:
     """Fit a retriever on a dataset and save it."""
     from dtdr_agents.datasets import load_dataset
@@ -111,9 +128,12 @@ def cmd_fit(args: argparse.Namespace) -> int:
     retriever = make_retriever(args.retriever, **params)
     if "encoder" not in params:
         _check_default_encoders(retriever, args.retriever)
-    data = load_dataset(
-        args.dataset, args.path, tools_path=args.tools, skip_bad=args.skip_bad, limit=args.limit
-    )
+    if args.dataset == "store":
+        data = _store_dataset(args)
+    else:
+        data = load_dataset(
+            args.dataset, args.path, tools_path=args.tools, skip_bad=args.skip_bad, limit=args.limit
+        )
     if data.problems:
         print(
             f"loader: {problem_summary(data.problems)} (first: {data.problems[0]})",
@@ -311,9 +331,12 @@ def add_commands(sub: Any) -> None:
 
     fit = sub.add_parser("fit", help="fit a retriever on a dataset and save it to a folder")
     fit.add_argument(
-        "--dataset", required=True, help="dataset id (jsonl, taskbench, sealtools, nestful, ...)"
+        "--dataset",
+        required=True,
+        help="dataset id (jsonl, taskbench, sealtools, nestful, ...), or 'store': the run store "
+        "at --path URL (failed runs left out), checked against the --tools catalogue",
     )
-    fit.add_argument("--path", help="dataset file or folder")
+    fit.add_argument("--path", help="dataset file or folder (a store URL for --dataset store)")
     fit.add_argument("--tools", help="tools file (JSON list or JSONL) for --dataset jsonl")
     fit.add_argument("--retriever", default="hybrid", help="retriever id (default hybrid)")
     fit.add_argument(

@@ -88,9 +88,9 @@ def cmd_store_bench(args: argparse.Namespace) -> int:
 
 def cmd_refit(args: argparse.Namespace) -> int:
     """Fit on the store's runs and publish the model as a new version behind `latest`."""
-    from dtdr_agents.retrievers import load_retriever, make_retriever
+    from dtdr_agents.retrievers import load_retriever
+    from dtdr_agents.retrievers.refit import refit_and_publish
     from dtdr_agents.runtime.checks import fitted_tools
-    from dtdr_agents.store import RunStore, publish
     from dtdr_agents.store.publishing import POINTER, current
 
     if args.keep < 1:
@@ -106,22 +106,19 @@ def cmd_refit(args: argparse.Namespace) -> int:
                 f"{args.publish}: nothing published yet; give the catalogue with --tools FILE"
             )
         tools = fitted_tools(load_retriever(Path(args.publish) / POINTER))
-    with RunStore(args.store) as store:
-        data = store.dataset(tools, exclude_failures=not args.include_failures)
-        where = data.source
     params: dict[str, Any] = {"encoder": args.encoder} if args.encoder else {}
-    retriever = make_retriever(args.retriever, **params)
     print(
-        f"fitting {args.retriever} on {len(data.demos)} runs from {where}, {len(tools)} tools ...",
+        f"fitting {args.retriever} on the runs of the store, {len(tools)} tools ...",
         file=sys.stderr,
     )
-    retriever.fit(data.demos, data.tools)
-    version = publish(
+    version, _ = refit_and_publish(
+        args.store,
         args.publish,
-        retriever.save,
-        check=load_retriever,
+        tools,
+        retriever=args.retriever,
         keep=args.keep,
-        note=f"{args.retriever} on {len(data.demos)} runs from {where}",
+        include_failures=args.include_failures,
+        **params,
     )
     print(f"published {version.name} to {Path(args.publish) / POINTER} ({version.note})")
     return 0
