@@ -429,13 +429,17 @@ async def serve_proxy_http(
     env: Mapping[str, str] | None = None,
     reload_interval: float | None = None,
     path: str = "/mcp",
+    json_response: bool = True,
     ready: Callable[[str], None] | None = None,
 ) -> None:
     """Start the upstream and serve many clients over streamable HTTP on `sock` until stopped.
 
     Each MCP session (the SDK's `StreamableHTTPSessionManager`, run by uvicorn) gets its own
     `ProxySession`; all share the one upstream connection, catalogue and retriever.
-    `ready(url)` is called once the server accepts connections. SIGINT/SIGTERM stop it.
+    With `json_response` (the default) a request is answered with plain JSON rather than an
+    SSE stream (about twice the throughput in the load bench); change notifications travel
+    on the session's GET stream either way. `ready(url)` is called once the server accepts
+    connections. SIGINT/SIGTERM stop it.
     """
     import uvicorn  # a dependency of mcp
 
@@ -447,7 +451,9 @@ async def serve_proxy_http(
         if upstream.session is None:
             _say(f"the upstream is unusable; every request will say why: {upstream.error}")
         built = _build(upstream, retriever, config, per_connection=True)
-        app = built.server.streamable_http_app(streamable_http_path=path, host=host)
+        app = built.server.streamable_http_app(
+            streamable_http_path=path, host=host, json_response=json_response
+        )
         web = uvicorn.Server(
             uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
         )
