@@ -1,14 +1,17 @@
 """Load bench of the MCP proxy over streamable HTTP: many concurrent sessions, 1,000 tools.
 
     python -m mcp_dtdr.loadbench --json docs/results/mcp_http.json [--sessions 64] [--steps 20]
+        [--think 0,1] [--client-procs 2] [--retriever dtdr-c] [--encoder tfidf]
 
 It generates a catalogue of 1,000 tools (50 domains x 20 actions) and demonstrations of
 typical plans, fits a retriever on them and saves it, starts the proxy
 (``python -m mcp_dtdr --transport streamable-http --port 0``) in front of an upstream that
-echoes every call (this module with ``--upstream TOOLS``), and drives it from this process
-with the SDK's streamable HTTP client: `sessions` concurrent MCP sessions, each calls
-``set_task`` with its own request, then `steps` times ``tools/list`` and ``tools/call`` of the
-first tool offered (``set_task`` again when none is offered).
+echoes every call (this module with ``--upstream TOOLS``), and drives it from client processes
+with the SDK's streamable HTTP client: `sessions` concurrent MCP sessions (split over
+``--client-procs`` processes), each calls ``set_task`` with its own request, then `steps`
+times ``tools/list`` and ``tools/call`` of the first tool offered (``set_task`` again when
+none is offered). One run per ``--think`` value: the pause before each step (0: back to back,
+the proxy saturated; 1: an agent whose model takes a second per step).
 
 It counts errors and leaks. A leak is a ``tools/list`` answer that differs from what the
 session's own request and history give: every session is replayed here, step by step, on a
@@ -706,9 +709,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--unloaded", type=int, default=200, help="lists of one session alone")
     parser.add_argument(
         "--think",
-        default="0",
-        help="comma-separated seconds each session pauses before a step; one run each "
-        "(default 0: back to back)",
+        default="0,1",
+        help="comma-separated seconds each session pauses before a step (an agent's model "
+        "thinking); one run each (default 0,1: back to back, then 1 s)",
     )
     parser.add_argument("--client-procs", type=int, default=2, help="client processes")
     parser.add_argument("--upstream", help=argparse.SUPPRESS)  # serve the echo upstream
