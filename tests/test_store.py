@@ -226,14 +226,44 @@ def test_store_bench_reads_back_every_run_in_both_databases(tmp_path: Path) -> N
     from dtdr_agents.cli import main
 
     out = tmp_path / "bench.json"
-    assert main(["store", "bench", "--writers", "3", "--runs", "30", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "store",
+                "bench",
+                "--writers",
+                "3",
+                "--runs",
+                "30",
+                "--agents",
+                "0",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
+    assert "reload" not in result
     for backend in ("sqlite", "postgresql"):
         row = result[backend]
         if "skipped" in row:
             assert backend == "postgresql" and postgres_unavailable()
             continue
         assert (row["read_back"], row["expected"], row["torn"]) == (90, 90, 0)
+
+
+def test_a_refit_is_published_and_taken_up_while_agents_run_steps(tmp_path: Path) -> None:
+    from dtdr_agents.evaluation.store_bench import reload_load
+
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    result = reload_load(url, agents=2, poll=0.2, seed_demos=6, runs=8, after=1.0)
+    assert result["failed_steps"] == 0 and result["steps"] > 0, result["first_errors"]
+    assert result["published"] == "v000002"
+    assert result["refit_on_runs"] >= 6 + 8  # the seed demonstrations and the recorded runs
+    assert all(t is not None for t in result["takeup_s"].values())  # every agent took it up
+    with RunStore(url) as store:
+        assert store.count() >= 14
 
 
 def test_the_recorder_writes_runs_to_a_store_and_never_fails_a_step(tmp_path: Path) -> None:

@@ -61,7 +61,11 @@ def cmd_store_bench(args: argparse.Namespace) -> int:
     if args.writers < 1 or args.runs < 1:
         raise CLIError("--writers and --runs must be at least 1")
     postgres = None if args.postgres == "off" else args.postgres
-    result = store_bench(writers=args.writers, runs=args.runs, postgres=postgres)
+    if args.agents < 0 or not args.poll > 0:
+        raise CLIError("--agents must be at least 0 and --poll above 0")
+    result = store_bench(
+        writers=args.writers, runs=args.runs, postgres=postgres, agents=args.agents, poll=args.poll
+    )
     result["provenance"] = provenance([], args.argv)
     for backend in ("sqlite", "postgresql"):
         row = result.get(backend)
@@ -76,13 +80,26 @@ def cmd_store_bench(args: argparse.Namespace) -> int:
             f"{row['runs_per_s']} runs/s, write p50 {row['write_ms_p50']} ms, "
             f"p99 {row['write_ms_p99']} ms ({row['writers']} writers x {row['runs_per_writer']})"
         )
+    reload = result.get("reload")
+    if reload is not None:
+        takeup = ", ".join(
+            "not taken up" if t is None else f"{t:.3f}" for t in reload["takeup_s"].values()
+        )
+        print(
+            f"reload: {reload['agents']} agents, {reload['steps']} steps, "
+            f"{reload['failed_steps']} failed; {reload['published']} refitted on "
+            f"{reload['refit_on_runs']} runs and published in {reload['refit_publish_s']} s; "
+            f"first step on it after {takeup} s (poll {reload['poll_interval_s']} s, "
+            f"{reload['agents_late']} late); step p50 {reload['step_ms_p50']} ms, "
+            f"p99 {reload['step_ms_p99']} ms"
+        )
     if args.json:
         atomic_write_text(args.json, json.dumps(result, indent=2) + "\n")
     ok = all(
         row.get("read_back") == row.get("expected") and not row.get("torn")
         for row in (result.get("sqlite"), result.get("postgresql"))
         if row is not None and "skipped" not in row
-    )
+    ) and (reload is None or (not reload["failed_steps"] and not reload["agents_late"]))
     return 0 if ok else 1
 
 
@@ -157,7 +174,8 @@ def add_commands(sub: Any) -> None:
     stats.set_defaults(func=cmd_store_stats)
     bench = cmds.add_parser(
         "bench",
-        help="load figures: writer processes into SQLite and PostgreSQL, every run read back",
+        help="load figures: writer processes into SQLite and PostgreSQL, every run read back; "
+        "a refit published and hot-reloaded while agents run steps",
     )
     bench.add_argument("--writers", type=int, default=8, help="writer processes (default 8)")
     bench.add_argument("--runs", type=int, default=500, help="runs per writer (default 500)")
@@ -166,6 +184,16 @@ def add_commands(sub: Any) -> None:
         default="auto",
         help="a postgresql:// URL of an empty database, 'auto' (start a throw-away server "
         "here if PostgreSQL is installed) or 'off'",
+    )
+    bench.add_argument(
+        "--agents",
+        type=int,
+        default=4,
+        help="agents running steps while a refit is published and hot-reloaded (default 4; "
+        "0 skips that run)",
+    )
+    bench.add_argument(
+        "--poll", type=float, default=0.5, help="their reload poll interval, s (default 0.5)"
     )
     bench.add_argument("--json", help="write the figures to this JSON file")
     bench.set_defaults(func=cmd_store_bench)
