@@ -149,6 +149,30 @@ def test_test_limit_keeps_every_demonstration(tmp_path: Path) -> None:
     assert json.loads(cut.read_text())["n_train"] < 28
 
 
+def test_test_sample_is_seeded_keeps_demonstrations_and_excludes_test_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    common = [*BASE, "--retrievers", "none", "--dry-run", "--no-step-cache"]
+    ids = []
+    for seed in ("0", "0", "1"):
+        out = tmp_path / f"s{seed}.json"
+        argv = [*common, "--test-sample", "5", "--seed", seed, "--json", str(out)]
+        assert cli.main(argv) == 0
+        report = json.loads(out.read_text())
+        assert report["n_test"] == 5 and report["test_sample"] == 5
+        assert report["n_train"] == (28 if seed == "0" else report["n_train"])
+        ids.append([a["plan_id"] for a in report["arguments"]["list"]])
+    assert ids[0] == ids[1]  # the same seed draws the same plans
+    _, test = load_train_test("demo", None, seed=0, limit=LIMIT)
+    order = [d.id for d in test.demos]
+    drawn = list(dict.fromkeys(ids[0]))
+    assert drawn == sorted(drawn, key=order.index)  # kept in the split's order
+    assert drawn != order[: len(drawn)] or ids[0] != ids[2]  # a draw, not the first plans
+    with pytest.raises(SystemExit):
+        cli.main([*common, "--test-sample", "5", "--test-limit", "5"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
 def test_zero_demo_row_fits_on_no_demonstrations(split: tuple[Dataset, Dataset]) -> None:
     train, _ = split
     plan = plan_for(split, ["hybrid", "hybrid@0demos"])
@@ -289,6 +313,8 @@ def test_max_prompt_tokens_refuses_a_cell_with_its_sizes(tmp_path: Path) -> None
     assert refused["n_over"] == refused["n_steps"] == sizes[("none", "no_icl")]["n_steps"]
     assert refused["mean_prompt_tokens"] == sizes[("none", "no_icl")]["prompt_tokens"]
     assert refused["limit"] == limit and refused["max_prompt_tokens"] > limit
+    assert refused["max_prompt_tokens"] == sizes[("none", "no_icl")]["prompt_tokens_max"]
+    assert sizes[("hybrid", "hard_weighted")]["prompt_tokens_max"] <= limit
     # nothing fits: a clear error
     assert cli.main([*argv[:-1], "10", "--json", str(out)]) == 2
 
@@ -369,8 +395,11 @@ def test_cli_stops_when_the_server_dies(
     server = dying_server(scripted, answers=4)
     with server:
         argv = [*BASE, "--retrievers", "none", "--model", "scripted", "--step-cache", str(steps)]
-        code = cli.main([*argv, "--base-url", server.base_url, "--max-retries", "1"])
+        code = cli.main(
+            [*argv, "--base-url", server.base_url, "--max-retries", "1", "--concurrency", "1"]
+        )
+        answered = len(server.requests)
     assert code == 2
     err = capsys.readouterr().err
     assert "is unreachable" in err and "run the same command again to resume" in err
-    assert len(StepCache(steps)) == 4
+    assert len(StepCache(steps)) == answered == 4

@@ -44,6 +44,24 @@ def _step_cache_path(args: argparse.Namespace, dataset: str) -> Path | None:
     return default_cache_dir() / "e2e" / f"{dataset}-{model}.jsonl"
 
 
+def _uncommitted() -> list[str] | None:
+    """Package files that differ from the recorded commit (None: not a git checkout)."""
+    import subprocess
+
+    here = Path(__file__).resolve().parents[1]
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--", "."],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [line[3:] for line in out.stdout.splitlines() if line.strip()]
+
+
 def _check_replay(args: argparse.Namespace) -> None:
     if args.dry_run:
         raise CLIError("--replay and --dry-run exclude each other (a dry run asks nothing either)")
@@ -92,15 +110,25 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CLIError(f"--retrievers: {exc}") from exc
     origin = provenance([args.seed], getattr(args, "argv", None))
+    origin["uncommitted"] = _uncommitted()  # the code that ran is the commit plus these
     train, test = load_split(args)
-    if args.test_limit is not None:
-        if args.test_limit > len(test.demos):
+    wanted = args.test_limit if args.test_limit is not None else args.test_sample
+    if wanted is not None:
+        option = "--test-limit" if args.test_limit is not None else "--test-sample"
+        plans = list(test.demos)
+        if wanted > len(plans):
             print(
-                f"--test-limit {args.test_limit}: the test split has only {len(test.demos)} "
-                "plans; using them all",
+                f"{option} {wanted}: the test split has only {len(plans)} plans; using them all",
                 file=sys.stderr,
             )
-        test = dataclasses.replace(test, demos=list(test.demos)[: args.test_limit])
+        elif args.test_sample is not None:  # seeded, kept in the split's order
+            import random
+
+            keep = sorted(
+                random.Random(f"test-sample:{args.seed}").sample(range(len(plans)), wanted)
+            )
+            plans = [plans[i] for i in keep]
+        test = dataclasses.replace(test, demos=plans[:wanted])
     zero_train = first_demos(train, test, 0)[0] if zero_shot else None
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
     encoder = get_encoder(args.encoder, cache_dir=cache_dir)
@@ -175,6 +203,7 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         except (ImportError, StepNotCachedError, EndpointUnreachableError) as exc:
             raise CLIError(str(exc)) from exc  # ImportError: the openai package is an extra
     report["test_limit"] = args.test_limit
+    report["test_sample"] = args.test_sample
     report["provenance"] = origin
     print(format_e2e_markdown(report))
     if args.json:
@@ -231,12 +260,21 @@ def add_commands(sub: Any) -> None:
         "demonstrations (as `bench --n-demos 0`) with prompts that carry no example "
         "demonstration either: a new user's first run, reported as its own row",
     )
-    e2e.add_argument(
+    subset = e2e.add_mutually_exclusive_group()
+    subset.add_argument(
         "--test-limit",
         type=positive_int,
         metavar="N",
         help="score only the first N test plans of the split, keeping every demonstration "
         "(--limit cuts the samples before the split)",
+    )
+    subset.add_argument(
+        "--test-sample",
+        type=positive_int,
+        metavar="N",
+        help="score N test plans drawn at random (seeded by --seed, kept in the split's "
+        "order), keeping every demonstration: for a published test split ordered by "
+        "difficulty, where the first N are not representative",
     )
     e2e.add_argument(
         "--max-prompt-tokens",

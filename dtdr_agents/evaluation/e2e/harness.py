@@ -290,8 +290,8 @@ def dry_run_report(
 
     Returns:
         A report of kind ``"e2e"`` with ``dry_run`` true; each result has ``calls``,
-        ``cached``, ``prompt_tokens`` and ``variable_tokens`` (means per step) and
-        ``prompt_tokens_total``.
+        ``cached``, ``prompt_tokens`` and ``variable_tokens`` (means per step),
+        ``prompt_tokens_max`` and ``prompt_tokens_total``.
     """
     report = _base_report(plan, model=model, dry_run=True)
     results = []
@@ -311,6 +311,7 @@ def dry_run_report(
                 "cached": cached,
                 "n_steps": len(reqs),
                 "prompt_tokens": sum(tokens) / len(tokens) if tokens else None,
+                "prompt_tokens_max": max(tokens, default=None),
                 "variable_tokens": sum(variable) / len(variable) if variable else None,
                 "prompt_tokens_total": sum(tokens),
                 "tools_bound": sum(len(r.bound) for r in reqs) / len(reqs) if reqs else None,

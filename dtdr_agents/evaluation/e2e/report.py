@@ -43,13 +43,14 @@ def format_e2e_markdown(report: Mapping[str, Any]) -> str:
     if report.get("dry_run"):
         parts.append(
             "| retriever | mode | calls | cached | tools bound | prompt tokens/step "
-            "| variable tokens/step | prompt tokens total |"
+            "| largest prompt | variable tokens/step | prompt tokens total |"
         )
-        parts.append("|---|---|---:|---:|---:|---:|---:|---:|")
+        parts.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
         for r in results:
             parts.append(
                 f"| {r['retriever']} | {r['mode']} | {r['calls']} | {r['cached']} | "
                 f"{_num(r.get('tools_bound'), 1)} | {_num(r.get('prompt_tokens'), 1)} | "
+                f"{_num(r.get('prompt_tokens_max'))} | "
                 f"{_num(r.get('variable_tokens'), 1)} | {r['prompt_tokens_total']} |"
             )
         parts.append("")
