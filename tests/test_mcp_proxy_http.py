@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -324,3 +324,41 @@ def test_bad_transport_and_port_are_refused_with_the_option_named(
         code = cli_main(args)
     assert code != 0
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+async def test_a_session_is_forgotten_when_its_client_disconnects(
+    model: tuple[Path, Path, list[Demonstration]],
+) -> None:
+    """In process: the proxy keeps a `ProxySession` only while its MCP session lives."""
+    import uvicorn
+
+    from mcp_dtdr.proxy import ProxyConfig, Upstream, _build, listen
+
+    sock = listen("127.0.0.1", 0)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+    upstream_argv = [sys.executable, str(UPSTREAM), "--tools", str(model[1])]
+    with anyio.fail_after(BOUND), sock:
+        async with AsyncExitStack() as stack:
+            up = await Upstream.start(stack, upstream_argv, timeout=20)
+            built = _build(up, load_retriever(model[0]), ProxyConfig(k=K), per_connection=True)
+            app = built.server.streamable_http_app(host="127.0.0.1", json_response=True)
+            web = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(web.serve, [sock])
+                while not web.started:
+                    await anyio.sleep(0.02)
+                async with connect(url) as a, connect(url) as b:
+                    await a.call("set_task", {"request": model[2][0].query})
+                    await b.call("set_task", {"request": model[2][1].query})
+                    assert len(built.sessions) == 2
+                    ids = set(built.sessions)
+                with anyio.fail_after(10):  # both clients ended their sessions (DELETE)
+                    while built.sessions:
+                        await anyio.sleep(0.05)
+                async with connect(url) as c:
+                    assert await c.names() == META  # a new session: no task of a or b
+                    assert len(built.sessions) == 1 and not ids & set(built.sessions)
+                with anyio.fail_after(10):
+                    while built.sessions:
+                        await anyio.sleep(0.05)
+                web.should_exit = True
