@@ -218,6 +218,15 @@ async def test_concurrent_sessions_keep_their_own_task_and_history(
         async with anyio.create_task_group() as tg:
             for i in range(3):
                 tg.start_soon(session, i, a_called)
+
+        # a 2026-07-28 client has no MCP session over HTTP: a clear error, not a lost task
+        from mcp import Client
+        from mcp.shared.exceptions import MCPError
+
+        async with Client(server.url) as modern:
+            assert modern.protocol_version == "2026-07-28"
+            with pytest.raises(MCPError, match="connect with the initialize handshake"):
+                await modern.list_tools()
     assert len(seen) == 3
     firsts = [seen[i][0] for i in range(3)]
     assert len({tuple(f) for f in firsts}) == 3  # different tasks, different exposed tools
