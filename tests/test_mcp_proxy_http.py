@@ -371,3 +371,32 @@ async def test_a_session_is_forgotten_when_its_client_disconnects(
                     while built.sessions:
                         await anyio.sleep(0.05)
                 web.should_exit = True
+
+
+def test_a_published_version_is_retargeted_to_the_upstreams_tools(
+    model: tuple[Path, Path, list[Demonstration]], core: ToolRetriever, tmp_path: Path
+) -> None:
+    """A version fitted on the whole catalogue serves an upstream that lists fewer tools."""
+    import warnings
+
+    from dtdr_agents.foundation.types import Toolset
+    from dtdr_agents.store.publishing import ReloadWarning
+    from mcp_dtdr.reloading import publish_root, published_models
+    from mcp_dtdr.session import ProxyConfig, _selector
+
+    root = tmp_path / "published"
+    publish(root, lambda folder: core.save(folder), check=load_retriever)
+    assert publish_root(root / "latest") == root and publish_root(model[0]) is None
+    models = published_models(root)
+    upstream = Toolset(list(core.tools_)[:6])  # the upstream lists 6 of the tools
+    selector = _selector(upstream, models, ProxyConfig(k=K), strict=True)
+    query = model[2][0].query
+    first = selector.select(query, ())
+    assert set(first.bound) <= set(upstream.names)
+    publish(root, lambda folder: core.save(folder), check=load_retriever)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ReloadWarning)  # a refusal would fail the test
+        assert models.reload() and models.version.name == "v000002"
+        second = selector.select(query, ())
+    assert selector.retriever is models.current()  # v000002 serves from this step
+    assert tuple(second.bound) == tuple(first.bound)  # the same model, the same ranking

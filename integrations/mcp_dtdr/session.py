@@ -19,6 +19,7 @@ from dtdr_agents.foundation.types import Tool, Toolset
 from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.runtime import (
     DEFAULT_POLICY,
+    CatalogueMismatchError,
     StepRecord,
     StepSelector,
     check_int,
@@ -355,18 +356,29 @@ def _selector(
     missing = [n for n in always if not toolset.has(n)]
     if missing and strict:
         raise UpstreamError(f"--always-include names tools the upstream does not list: {missing}")
-    if isinstance(retriever, Reloader):
-        if isinstance(retriever.load, RetargetingLoad):
-            retriever.load.set_toolset(toolset)
-        model = retriever.current()
-    else:
-        model = retriever
-    if set(fitted_tools(model).names) != set(toolset.names):
-        model.set_tools(toolset)  # tools added after fit are ranked by a prior
     policy = dataclasses.replace(
         config.selection_policy,
         always_include=tuple(n for n in always if toolset.has(n)),
         # the history may name tools the upstream dropped since: they are ignored
         ignore_unknown_history=True,
     )
-    return StepSelector(toolset, retriever, policy=policy)
+    if not isinstance(retriever, Reloader):
+        _retarget(retriever, toolset)
+        return StepSelector(toolset, retriever, policy=policy)
+    if isinstance(retriever.load, RetargetingLoad):
+        retriever.load.set_toolset(toolset)  # the versions loaded from now on
+    for attempt in range(3):
+        _retarget(retriever.current(), toolset)
+        try:
+            return StepSelector(toolset, retriever, policy=policy)
+        except CatalogueMismatchError:
+            # a version loaded (for the old tools) while we retargeted: retarget it too
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _retarget(model: Any, toolset: Toolset) -> None:
+    """Make `model` rank `toolset` (tools added after fit are ranked by a prior)."""
+    if set(fitted_tools(model).names) != set(toolset.names):
+        model.set_tools(toolset)
