@@ -472,6 +472,17 @@ async def serve_proxy_http(
 TRANSPORTS = ("stdio", "streamable-http")
 
 
+def _loop_options(http: bool) -> dict[str, Any]:
+    """The asyncio backend's options: uvloop for the HTTP server when it is installed."""
+    if not http:
+        return {}
+    try:
+        import uvloop  # noqa: F401  # optional: a faster event loop
+    except ImportError:
+        return {}
+    return {"use_uvloop": True}
+
+
 def run_proxy(
     model_dir: str | Path | None,
     upstream_argv: Sequence[str],
@@ -560,7 +571,7 @@ def run_proxy(
                     ready=lambda url: _say(f"serving MCP over streamable HTTP at {url}"),
                 )
 
-        anyio.run(main)
+        anyio.run(main, backend_options=_loop_options(sock is not None))
     finally:
         if sock is not None:
             sock.close()
