@@ -240,6 +240,10 @@ def test_intervals_contain_the_point_and_paired_signs(split: tuple[Dataset, Data
     ratio = versus_none["prompt_tokens_ratio"]
     assert ratio["value"] == pytest.approx(hybrid["prompt_tokens"] / none["prompt_tokens"])
     assert ratio["ci"][0] <= ratio["value"] <= ratio["ci"][1]
+    served = versus_none["usage_prompt_tokens_ratio"]  # the loopback server's own counts
+    assert served["value"] == pytest.approx(
+        hybrid["usage_prompt_tokens"] / none["usage_prompt_tokens"]
+    )
     assert ("hybrid/hard_weighted", "bm25/hard_weighted") in comps
     assert ("hybrid@0demos/hard_weighted", "none/no_icl") in comps
     goals = [g for g in report["targets"] if g["cell"] == "hybrid/hard_weighted"]

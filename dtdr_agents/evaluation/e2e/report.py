@@ -146,18 +146,20 @@ def _interval_tables(report: Mapping[str, Any]) -> list[str]:
             "in points, ratios as A / B:",
             "",
             "| A | B | FSA diff | SR diff | SR (fn + args) diff | SR ratio | "
-            "SR (fn + args) ratio | no tool call diff | prompt tokens ratio | latency ratio |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "SR (fn + args) ratio | no tool call diff | prompt tokens ratio | "
+            "server prompt tokens ratio | latency ratio |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for c in comparisons:
             if "skipped" in c:
-                lines.append(f"| {c['a']} | {c['b']} | not run: {c['skipped']} |" + " |" * 7)
+                lines.append(f"| {c['a']} | {c['b']} | not run: {c['skipped']} |" + " |" * 8)
                 continue
             lines.append(
                 f"| {c['a']} | {c['b']} | {_ci(c.get('fsa_diff'))} | {_ci(c.get('sr_diff'))} | "
                 f"{_ci(c.get('sr_full_diff'))} | {_ci(c.get('sr_ratio'), 1.0, 2)} | "
                 f"{_ci(c.get('sr_full_ratio'), 1.0, 2)} | {_ci(c.get('no_call_rate_diff'))} | "
                 f"{_ci(c.get('prompt_tokens_ratio'), 1.0, 3)} | "
+                f"{_ci(c.get('usage_prompt_tokens_ratio'), 1.0, 3)} | "
                 f"{_ci(c.get('latency_ms_ratio'), 1.0, 2)} |"
             )
     goals: Sequence[Mapping[str, Any]] = report.get("targets") or []

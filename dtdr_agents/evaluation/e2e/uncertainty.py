@@ -144,6 +144,7 @@ COMPARED = (
     ("sr_full_ratio", "sr_full", True),
     ("no_call_rate_diff", "no_call_rate", False),
     ("prompt_tokens_ratio", "prompt_tokens", True),
+    ("usage_prompt_tokens_ratio", "usage_prompt_tokens", True),
     ("latency_ms_ratio", "latency_ms", True),
 )
 """(name, figure, quotient) of a paired comparison: A - B, or A / B for a quotient."""
