@@ -302,6 +302,25 @@ def test_request_clauses_split_sub_goals():
     assert len(hybrid.request_clauses(". ".join(["say hello there"] * 40), limit=5)) == 5
 
 
+def test_sub_goals_merge_clauses_that_only_add_an_argument():
+    from dtdr_agents.foundation.clauses import sub_goals, zero_shot_stop_probability
+
+    query = (
+        "Calculate the gross salary with a basic salary of 2000 and an allowance of 500, "
+        "get the definition of the word 'happy' and create an invoice for 'John Doe', "
+        "the description 'Web work' and the due date '2022-12-31'"
+    )
+    assert len(hybrid.request_clauses(query)) == 6
+    assert sub_goals(query) == [
+        "Calculate the gross salary with a basic salary of 2000, an allowance of 500",
+        "get the definition of the word 'happy'",
+        "create an invoice for 'John Doe', the description 'Web work', the due date '2022-12-31'",
+    ]
+    # three calls cover the three sub-goals: the zero-shot rule now says stop
+    assert zero_shot_stop_probability(query, 3) > 0.5 > zero_shot_stop_probability(query, 2)
+    assert sub_goals("an allowance of 500 is due") == ["an allowance of 500 is due"]
+
+
 CLAUSE_TOOLS = [
     {"name": "translate_text", "description": "Translate text into another language"},
     {"name": "summarize_text", "description": "Summarize a long text into a few lines"},

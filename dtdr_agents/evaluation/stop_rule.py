@@ -11,8 +11,8 @@ states (`request_clauses`, the split `hybrid` uses) — and the request's length
 no query-only retriever gets a better or worse rule than another.
 
 With no demonstrations there is nothing to fit: `StopRule.zero_shot()` is the rule's
-well-defined zero-shot state, which stops once the calls so far cover the request's clauses
-(a logistic curve in calls made minus clauses stated, `ZERO_SHOT_SLOPE`).
+well-defined zero-shot state, which stops once the calls so far cover the request's sub-goals
+(a logistic curve in calls made minus `sub_goals` stated, `ZERO_SHOT_SLOPE`).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class StopRule:
 
     @classmethod
     def zero_shot(cls, c: float = 1.0) -> StopRule:
-        """The rule without demonstrations: stop once the calls cover the request's clauses."""
+        """The rule without demonstrations: stop once the calls cover the request's sub-goals."""
         rule = cls(c)
         rule.zero_shot_ = True
         rule.model_ = None

@@ -1,7 +1,8 @@
 """A request's clauses: the sub-goals a multi-step request usually states one per clause.
 
 Framework-free and import-light: the hybrid's `clause_*` features and the shared stop rule both
-split requests this way, and the zero-shot stop probability counts them.
+split requests this way; the zero-shot stop probability counts `sub_goals`, the clauses with
+the ones that only add an argument merged back into theirs.
 """
 
 from __future__ import annotations
@@ -29,15 +30,44 @@ def request_clauses(query: str, limit: int = MAX_CLAUSES) -> list[str]:
     return parts[:limit] or [query]
 
 
+_CONTINUATION = re.compile(
+    r"""^(?:["'`$\d(]|(?:a|an|the|its|their|his|her|my|your|our|this|these|those|with|for|from|
+    to|in|on|at|of|by|as|using|via|per)\b)""",
+    re.IGNORECASE | re.VERBOSE,
+)
+
+
+def sub_goals(query: str, limit: int = MAX_CLAUSES) -> list[str]:
+    """The request's clauses with the ones that only add an argument merged into the one before.
+
+    A clause that opens with an article, a preposition, a number or a quote ("an allowance of
+    500", "'Los Angeles' using driving mode") continues the clause before it (a list of
+    arguments split on "and" or a comma) rather than stating a new sub-goal.
+    """
+    goals: list[str] = []
+    for clause in request_clauses(query, limit):
+        if goals and _CONTINUATION.match(clause):
+            goals[-1] = f"{goals[-1]}, {clause}"
+        else:
+            goals.append(clause)
+    return goals
+
+
 ZERO_SHOT_SLOPE = 4.0
-"""Zero-shot rule: P(stop) = sigmoid(slope * (calls - clauses + 0.5)), 0.88 when every clause
-has a call, 0.12 when one is left."""
+"""Zero-shot rule: P(stop) = sigmoid(slope * (calls - sub-goals + 0.5)), 0.88 when every
+sub-goal has a call, 0.12 when one is left."""
 
 
 def zero_shot_stop_probability(query: str, n_calls: int) -> float:
-    """P(stop) without demonstrations: a logistic curve in calls made minus clauses stated."""
-    gap = n_calls - len(request_clauses(query)) + 0.5
+    """P(stop) without demonstrations: a logistic curve in calls made minus `sub_goals` stated."""
+    gap = n_calls - len(sub_goals(query)) + 0.5
     return 1.0 / (1.0 + math.exp(-ZERO_SHOT_SLOPE * gap))
 
 
-__all__ = ["MAX_CLAUSES", "ZERO_SHOT_SLOPE", "request_clauses", "zero_shot_stop_probability"]
+__all__ = [
+    "MAX_CLAUSES",
+    "ZERO_SHOT_SLOPE",
+    "request_clauses",
+    "sub_goals",
+    "zero_shot_stop_probability",
+]
