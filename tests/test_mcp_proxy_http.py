@@ -84,6 +84,12 @@ class Server:
             if found:
                 self.url = found.group(1)
 
+    def close(self) -> None:
+        """After the process ended: the reader is done and the pipe closed."""
+        self._reader.join(10)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
     def wait_for(self, pattern: str, timeout: float = BOUND) -> str:
         """The first stderr line matching `pattern` (waits for it)."""
         end = time.monotonic() + timeout
@@ -125,6 +131,7 @@ def serve(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+        server.close()
 
 
 class Client:

@@ -71,6 +71,8 @@ class Upstream:
         Failures do not raise: they are kept in `error` and reported to the client.
         """
         upstream = cls(argv, timeout)
+        stack.callback(upstream.changes.close)  # the change stream ends with the connection
+        stack.callback(upstream._changed.close)
         if not argv:
             upstream.error = "no upstream command was given"
             return upstream
