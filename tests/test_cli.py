@@ -33,6 +33,17 @@ def test_demo_prints_a_table_and_writes_json(tmp_path, capsys, encoder):
     assert [c["b"] for c in report["comparisons"]] == []  # no hybrid in this run
 
 
+def test_demo_shows_hybrid_with_no_demonstrations_on_the_same_requests(tmp_path, capsys):
+    out = tmp_path / "demo.json"
+    args = ["demo", "--n", "200", "--json", str(out), "-q", "--retrievers", "hybrid"]
+    assert main([*args, "--encoder", "tfidf", "--seeds", "1"]) == 0
+    assert "hybrid-0demos: hybrid fitted on the tools alone" in capsys.readouterr().out
+    results = json.loads(out.read_text())["results"]
+    assert set(results) == {"hybrid", "hybrid-0demos"}
+    assert results["hybrid-0demos"]["n_queries"] == results["hybrid"]["n_queries"] == 60
+    assert results["hybrid-0demos"]["tool_mrr"] < results["hybrid"]["tool_mrr"]
+
+
 def _write_jsonl_dataset(tmp_path, n=120):
     data = make_demo_dataset(n=n, seed=1)
     demos = tmp_path / "demos.jsonl"
