@@ -6,16 +6,26 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Connection, create_engine, text
+from sqlalchemy import Connection, create_engine, insert, text
 
 from dtdr_agents.foundation.errors import InvalidDemonstrationError
 from dtdr_agents.foundation.types import CallArguments, Tool, Toolset
-from dtdr_agents.store import RunRecord, RunStore, StoreError, import_jsonl, schema, store_url
+from dtdr_agents.store import (
+    RunRecord,
+    RunStore,
+    SessionState,
+    SessionStore,
+    StoreError,
+    import_jsonl,
+    schema,
+    store_url,
+)
 from dtdr_agents.store.testing import postgres_server, postgres_unavailable
 
 
@@ -129,7 +139,10 @@ def test_a_newer_schema_is_refused_and_left_alone(url: str) -> None:
     engine = create_engine(store_url(url))
     with engine.begin() as conn:
         conn.execute(text("UPDATE dtdr_meta SET value = '99' WHERE key = 'schema_version'"))
-    with pytest.raises(StoreError, match=r"version 99; this dtdr-agents reads up to version 1"):
+    newest = schema.SCHEMA_VERSION
+    with pytest.raises(
+        StoreError, match=rf"version 99; this dtdr-agents reads up to version {newest}"
+    ):
         RunStore(url)
     with engine.connect() as conn:
         assert conn.execute(text("SELECT value FROM dtdr_meta")).scalar() == "99"
@@ -151,14 +164,15 @@ def test_upgrade_runs_missing_steps_in_place_and_rolls_back_a_failed_one(tmp_pat
     engine = RunStore(url).engine
     with pytest.raises(RuntimeError, match="step failed"), engine.begin() as conn:
         schema.upgrade(conn, [*schema.MIGRATIONS, add_note, broken])
+    newest = schema.SCHEMA_VERSION
     with engine.connect() as conn:  # both steps rolled back, version unchanged
-        assert schema.read_version(conn) == 1
+        assert schema.read_version(conn) == newest
         columns = [r[1] for r in conn.execute(text("PRAGMA table_info(dtdr_runs)"))]
         assert "note" not in columns and "other" not in columns
     with engine.begin() as conn:
-        assert schema.upgrade(conn, [*schema.MIGRATIONS, add_note]) == (1, 2)
+        assert schema.upgrade(conn, [*schema.MIGRATIONS, add_note]) == (newest, newest + 1)
     with engine.connect() as conn:
-        assert schema.read_version(conn) == 2
+        assert schema.read_version(conn) == newest + 1
         assert conn.execute(text("SELECT count(*) FROM dtdr_runs")).scalar() == 1
     engine.dispose()
 
@@ -298,3 +312,69 @@ def test_the_recorder_writes_runs_to_a_store_and_never_fails_a_step(tmp_path: Pa
         ]
     with pytest.raises(StoreError, match="supports sqlite"):
         DemonstrationRecorder("mysql://u@h/db")
+
+
+def test_sessions_save_load_delete_and_expire(url: str) -> None:
+    with SessionStore(url) as store:
+        assert store.load("a") is None
+        store.save("a", SessionState("weather in Paris", ("geocode",), ()))
+        store.save("b", SessionState(None))
+        store.save("a", SessionState("weather in Rome", ("geocode", "weather"), ("convert",)))
+    with SessionStore(url) as store:  # another process's view: the last write won
+        assert store.load("a") == SessionState(
+            "weather in Rome", ("geocode", "weather"), ("convert",)
+        )
+        assert store.load("b") == SessionState(None, (), ())
+        assert store.expire(3600) == 0
+        time.sleep(0.05)
+        store.save("b", SessionState("still here"))
+        assert store.expire(0.03) == 1  # "a" was idle, "b" was just written
+        assert store.load("a") is None and store.load("b") == SessionState("still here")
+        assert store.delete("b") and not store.delete("b")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"request": 3}, "SessionState.request"),
+        ({"history": "geocode"}, "SessionState.history"),
+        ({"found": ("ok", "")}, "SessionState.found"),
+    ],
+)
+def test_bad_session_states_name_the_field(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        SessionState(**kwargs)  # type: ignore[arg-type]
+
+
+def test_session_errors_name_the_url_without_its_password(tmp_path: Path) -> None:
+    with SessionStore(tmp_path / "s.db") as store, pytest.raises(ValueError, match="session key"):
+        store.save("", SessionState())
+    with pytest.raises(StoreError, match=r"postgresql\+psycopg://u:\*\*\*@127\.0\.0\.1:9/x"):
+        SessionStore("postgresql://u:secret@127.0.0.1:9/x")
+
+
+def test_a_version_1_store_upgrades_in_place_to_hold_sessions(url: str) -> None:
+    engine = create_engine(store_url(url))
+    with engine.begin() as conn:  # a store as version 1 wrote it, with one run
+        assert schema.upgrade(conn, schema.MIGRATIONS[:1]) == (0, 1)
+        conn.execute(insert(schema.Run).values(**_run(1)._row()))
+    engine.dispose()
+    with SessionStore(url) as store:
+        assert (store.upgraded_from, store.schema_version) == (1, 2)
+        store.save("k", SessionState("r", ("geocode",)))
+        assert store.load("k") == SessionState("r", ("geocode",))
+    with RunStore(url) as runs:  # already upgraded; the version 1 run is still there
+        assert runs.upgraded_from == 2 and [r.id for r in runs.iter_runs()] == ["r00001"]
+
+
+def test_a_newer_schema_is_refused_by_the_session_store_and_left_alone(url: str) -> None:
+    SessionStore(url).close()
+    engine = create_engine(store_url(url))
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE dtdr_meta SET value = '3' WHERE key = 'schema_version'"))
+    with pytest.raises(StoreError, match=r"version 3; this dtdr-agents reads up to version 2"):
+        SessionStore(url)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT value FROM dtdr_meta")).scalar() == "3"
+        assert conn.execute(text("SELECT count(*) FROM dtdr_sessions")).scalar() == 0
+    engine.dispose()

@@ -29,6 +29,8 @@ _WHERE = {
     "publish": "publishing",
     "rollback": "publishing",
     "versions": "publishing",
+    "SessionState": "sessions",
+    "SessionStore": "sessions",
     "SCHEMA_VERSION": "schema",
     "StoreError": "errors",
 }

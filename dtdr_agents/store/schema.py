@@ -1,12 +1,12 @@
 """The run store's tables and their versions (SQLAlchemy 2, SQLite or PostgreSQL).
 
-Two tables, both prefixed ``dtdr_`` so that the store can share a database with other
-applications: ``dtdr_meta`` (key/value; ``schema_version``) and ``dtdr_runs`` (one row per
-agent run). `upgrade` brings a database to `SCHEMA_VERSION` in place, one step of
-`MIGRATIONS` at a time, inside one transaction that holds a lock against concurrent upgrades
-(PostgreSQL: a transaction-scoped advisory lock; SQLite: every store transaction begins
-``IMMEDIATE``, see `dtdr_agents.store.runs.make_engine`). A database
-whose version is newer than this package reads is refused, never written.
+Three tables, all prefixed ``dtdr_`` so that the store can share a database with other
+applications: ``dtdr_meta`` (key/value; ``schema_version``), ``dtdr_runs`` (one row per
+agent run) and, from version 2, ``dtdr_sessions`` (the MCP proxy's session state by client
+key, `dtdr_agents.store.sessions`). `upgrade` brings a database to `SCHEMA_VERSION` in place,
+one step of `MIGRATIONS` at a time, inside one transaction that holds a lock against concurrent
+upgrades (PostgreSQL: a transaction-scoped advisory lock; SQLite: every store transaction
+begins ``IMMEDIATE``, see `dtdr_agents.store.runs.make_engine`). A database whose version is newer than this package reads is refused, never written.
 """
 
 from __future__ import annotations
@@ -76,14 +76,32 @@ class Run(Base):
     )
 
 
+class SessionRow(Base):
+    """``dtdr_sessions``: one proxy session's state (request, calls, found tools) by key."""
+
+    __tablename__ = "dtdr_sessions"
+    key: Mapped[str] = mapped_column(String(256), primary_key=True)
+    request: Mapped[str | None] = mapped_column(Text, nullable=True)
+    history: Mapped[list[str]] = mapped_column(JSON_TYPE)
+    found: Mapped[list[str]] = mapped_column(JSON_TYPE)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (Index("ix_dtdr_sessions_updated_at", "updated_at"),)
+
+
 def _create_v1(conn: Connection) -> None:
     """Version 1: the meta and runs tables."""
     Base.metadata.create_all(conn, tables=[Meta.__table__, Run.__table__])  # type: ignore[list-item]
 
 
+def _create_v2(conn: Connection) -> None:
+    """Version 2: the sessions table."""
+    Base.metadata.create_all(conn, tables=[SessionRow.__table__])  # type: ignore[list-item]
+
+
 Migration = Callable[[Connection], None]
 
-MIGRATIONS: list[Migration] = [_create_v1]
+MIGRATIONS: list[Migration] = [_create_v1, _create_v2]
 """`MIGRATIONS[i]` upgrades a database from version ``i`` to ``i + 1`` (0: empty)."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

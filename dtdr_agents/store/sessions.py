@@ -1,0 +1,197 @@
+"""Session state in the run store, so that replicas of the MCP proxy share nothing else.
+
+`SessionStore(url)` keeps one row per session key in ``dtdr_sessions`` (schema version 2,
+`dtdr_agents.store.schema`): the session's request, the tools it called and the tools its
+last search found, as JSON (never pickled), with the time of the last write. `save` is an
+atomic upsert (the last write wins); `expire` deletes sessions idle for longer than given.
+
+Example:
+    >>> store = SessionStore("sqlite://")  # in memory
+    >>> store.save("client-1", SessionState(request="weather in Paris", history=("geo",)))
+    >>> store.load("client-1").history
+    ('geo',)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Self, TypeVar
+
+from sqlalchemy import delete, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.sql.dml import Insert
+
+from dtdr_agents.store.errors import StoreError
+from dtdr_agents.store.runs import DEFAULT_URL, make_engine, store_url
+from dtdr_agents.store.schema import SessionRow, upgrade
+
+MAX_KEY = 256
+"""The longest session key the store keeps."""
+
+T = TypeVar("T")
+
+
+def _names(value: Any, field: str) -> tuple[str, ...]:
+    """`value` as a tuple of non-empty names, or a ValueError naming `field`."""
+    if isinstance(value, str) or not isinstance(value, tuple | list):
+        raise ValueError(f"SessionState.{field} must be a tuple of tool names, got {value!r}")
+    if not all(isinstance(n, str) and n for n in value):
+        raise ValueError(f"SessionState.{field} must hold non-empty tool names, got {value!r}")
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class SessionState:
+    """What one proxy session remembers between requests.
+
+    Attributes:
+        request: The session's request (its task), None before ``set_task``.
+        history: The upstream tools called in the current task, in order.
+        found: The tools the last ``search_tools`` found (callable until the next search).
+    """
+
+    request: str | None = None
+    history: tuple[str, ...] = ()
+    found: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.request is not None and not isinstance(self.request, str):
+            raise ValueError(f"SessionState.request must be a string or None, got {self.request!r}")
+        object.__setattr__(self, "history", _names(self.history, "history"))
+        object.__setattr__(self, "found", _names(self.found, "found"))
+
+
+def _check_key(key: Any) -> str:
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY:
+        raise ValueError(
+            f"session key must be a non-empty string of at most {MAX_KEY} characters, got {key!r}"
+        )
+    return key
+
+
+class SessionStore:
+    """Proxy session state by key, in the run store's database.
+
+    Args:
+        url: A SQLAlchemy URL (``sqlite:///runs.db``, ``postgresql://user@host/db``) or a path
+            of an SQLite file; the store's tables are created, or upgraded in place.
+
+    Raises:
+        StoreError: The URL is not a supported database, the database cannot be reached, or
+            it holds a newer schema or a foreign ``dtdr_runs`` table.
+    """
+
+    def __init__(self, url: str | Path = DEFAULT_URL) -> None:
+        self.url = store_url(url)
+        self.where = make_url(self.url).render_as_string(hide_password=True)
+        """The URL without its password, for messages."""
+        self.engine = make_engine(self.url)
+        try:
+            with self.engine.begin() as conn:
+                self.upgraded_from, self.schema_version = upgrade(conn)
+        except OperationalError as exc:
+            self.engine.dispose()
+            raise StoreError(f"cannot open the session store {self.where}: {exc.orig}") from None
+        except StoreError:
+            self.engine.dispose()
+            raise
+
+    def _run(self, what: str, work: Callable[[], T]) -> T:
+        """`work()`, with a database failure reported as a StoreError naming the store."""
+        try:
+            return work()
+        except OperationalError as exc:
+            raise StoreError(f"session store {self.where}: cannot {what}: {exc.orig}") from None
+
+    def _upsert(self, row: dict[str, Any]) -> Insert:
+        if self.engine.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            pg = pg_insert(SessionRow).values(row)
+            return pg.on_conflict_do_update(
+                index_elements=["key"], set_={k: pg.excluded[k] for k in row if k != "key"}
+            )
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        lite = sqlite_insert(SessionRow).values(row)
+        return lite.on_conflict_do_update(
+            index_elements=["key"], set_={k: lite.excluded[k] for k in row if k != "key"}
+        )
+
+    def load(self, key: str) -> SessionState | None:
+        """The state saved under `key`, None when there is none."""
+        _check_key(key)
+
+        def work() -> SessionState | None:
+            with self.engine.connect() as conn:
+                row = conn.execute(
+                    select(SessionRow.request, SessionRow.history, SessionRow.found).where(
+                        SessionRow.key == key
+                    )
+                ).first()
+            if row is None:
+                return None
+            return SessionState(row.request, tuple(row.history), tuple(row.found))
+
+        return self._run(f"load session {key!r}", work)
+
+    def save(self, key: str, state: SessionState) -> None:
+        """Write `state` under `key` in one statement (the last write wins)."""
+        _check_key(key)
+        if not isinstance(state, SessionState):
+            raise TypeError(f"state must be a SessionState, got {type(state)}")
+        row = {
+            "key": key,
+            "request": state.request,
+            "history": list(state.history),
+            "found": list(state.found),
+            "updated_at": datetime.now(UTC),
+        }
+
+        def work() -> None:
+            with self.engine.begin() as conn:
+                conn.execute(self._upsert(row))
+
+        self._run(f"save session {key!r}", work)
+
+    def delete(self, key: str) -> bool:
+        """Forget the session `key`; False when there was none."""
+        _check_key(key)
+
+        def work() -> bool:
+            with self.engine.begin() as conn:
+                done = conn.execute(delete(SessionRow).where(SessionRow.key == key))
+                return bool(done.rowcount)
+
+        return self._run(f"delete session {key!r}", work)
+
+    def expire(self, older_than_s: float) -> int:
+        """Delete the sessions not written for `older_than_s` seconds; returns how many."""
+        if (
+            isinstance(older_than_s, bool)
+            or not isinstance(older_than_s, int | float)
+            or not older_than_s >= 0
+        ):
+            raise ValueError(f"older_than_s must be >= 0 seconds, got {older_than_s!r}")
+        cutoff = datetime.now(UTC) - timedelta(seconds=older_than_s)
+
+        def work() -> int:
+            with self.engine.begin() as conn:
+                done = conn.execute(delete(SessionRow).where(SessionRow.updated_at < cutoff))
+                return int(done.rowcount)
+
+        return self._run("expire sessions", work)
+
+    def close(self) -> None:
+        """Release the database connections."""
+        self.engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
