@@ -6,7 +6,8 @@ agent run) and, from version 2, ``dtdr_sessions`` (the MCP proxy's session state
 key, `dtdr_agents.store.sessions`). `upgrade` brings a database to `SCHEMA_VERSION` in place,
 one step of `MIGRATIONS` at a time, inside one transaction that holds a lock against concurrent
 upgrades (PostgreSQL: a transaction-scoped advisory lock; SQLite: every store transaction
-begins ``IMMEDIATE``, see `dtdr_agents.store.runs.make_engine`). A database whose version is newer than this package reads is refused, never written.
+begins ``IMMEDIATE``, see `dtdr_agents.store.runs.make_engine`). A database
+whose version is newer than this package reads is refused, never written.
 """
 
 from __future__ import annotations
