@@ -48,6 +48,7 @@ from dtdr_agents.runtime.policy import (
     DEFAULT_POLICY,
     AgentMode,
     BindingPolicy,
+    SelectionKeywords,
     resolve_policies,
     resolve_policy,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "OnUnbound",
     "Reply",
     "RunReport",
+    "SelectionKeywords",
     "StepRecord",
     "StepSelector",
     "UnboundToolCallError",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from dtdr_agents.foundation.selection import DEFAULT, OnUnbound, SelectionPolicy
 from dtdr_agents.runtime.checks import UNSET, Unset
@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_POLICY",
     "AgentMode",
     "BindingPolicy",
+    "SelectionKeywords",
     "resolve_policies",
     "resolve_policy",
     "with_binding",
@@ -156,6 +157,31 @@ def resolve_policy(
     if cache is not None:
         sel = _shorthand(sel, given, "cache", cache)
     return sel
+
+
+class SelectionKeywords(TypedDict, total=False):
+    """The selection keywords every agent stack takes and hands to `resolve_policy`.
+
+    Keys:
+        k: Shorthand for ``policy.k``: bind at most this many retrieved tools per step
+            (None: no cap). Default 5.
+        policy: The `SelectionPolicy`, every setting of a step (selection, mask mode,
+            cache-stable binding, the one wider re-selection, calls of unbound tools).
+            Default `DEFAULT_POLICY`. Passed on unchanged.
+        mode: Shorthand for ``policy.mode``: ``"hard"``, ``"hard_weighted"``, ``"soft"`` or
+            ``"soft_weighted"`` (DTDR paper, §5), or ``"set"``: bind the request's
+            recommended tool set once per turn, re-recommended when the model leaves it.
+        cache: Shorthand for ``policy.cache``: ``"append"`` only grows the bound list
+            within a turn (so each request's tools array starts with the previous one's);
+            ``"off"`` binds each selection.
+        binding: Deprecated (warns): a `BindingPolicy` whose fields are set on `policy`.
+    """
+
+    k: int | Unset | None
+    policy: SelectionPolicy | None
+    mode: AgentMode | None
+    cache: str | None
+    binding: BindingPolicy | None
 
 
 def resolve_policies(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any, NotRequired, Unpack
 
 from langchain.agents.middleware import (
     AgentMiddleware,
@@ -34,14 +34,10 @@ from langchain_core.messages import SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.types import Command
 
-from dtdr_agents.foundation.selection import SelectionPolicy
 from dtdr_agents.runtime import (
-    UNSET,
-    AgentMode,
-    BindingPolicy,
     OnUnbound,
+    SelectionKeywords,
     StepRecord,
-    Unset,
     check_tool_list,
     merge_selection_records,
     resolve_policy,
@@ -95,16 +91,9 @@ class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
         retriever: A fitted core retriever (any `make_retriever` id) or a `DTDRRetriever`.
         tools: The agent's tools, to validate the catalogue when the middleware is built;
             otherwise it is checked at the first model call.
-        k: Shorthand for ``policy.k`` (default 5).
-        policy: The `SelectionPolicy`: selection, mask mode, cache-stable binding, the one
-            wider re-selection, calls of unbound tools (default
-            `dtdr_agents.runtime.DEFAULT_POLICY`). Passed on unchanged.
-        binding: Deprecated (warns): a `BindingPolicy` whose fields are set on `policy`.
-        mode: Shorthand for ``policy.mode``, or ``"set"``: bind the request's recommended
-            tool set once per turn (see `dtdr_agents.runtime.resolve_policy`).
-        cache: Shorthand for ``policy.cache`` (``"append"``: the bound list only grows
-            within a turn, so prompt caches keep their prefix).
         token_counter: Token counter for the prompt figures.
+        **selection: ``k``, ``policy``, ``mode``, ``cache`` (and the deprecated
+            ``binding``): `dtdr_agents.runtime.SelectionKeywords`.
 
     Tools given to the request as provider-native dicts without a name (e.g. a provider's
     built-in search tool) are always passed through, first.
@@ -117,19 +106,15 @@ class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
         retriever: Any,
         *,
         tools: Sequence[ToolLike] | None = None,
-        k: int | Unset | None = UNSET,
-        policy: SelectionPolicy | None = None,
-        binding: BindingPolicy | None = None,
-        mode: AgentMode | None = None,
-        cache: str | None = None,
         token_counter: TokenCounter | None = None,
+        **selection: Unpack[SelectionKeywords],
     ) -> None:
         super().__init__()
         # a store.Reloader stays itself: the step selector takes up new versions between steps
         self.retriever = (
             retriever if isinstance(retriever, Reloader) else unwrap_retriever(retriever)
         )
-        self.policy = resolve_policy(policy, k=k, mode=mode, cache=cache, binding=binding)
+        self.policy = resolve_policy(**selection)
         self.token_counter = token_counter
         self._selector: ToolSelector | None = None
         self._selector_key: tuple[str, ...] = ()

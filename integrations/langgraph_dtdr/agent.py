@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any, NotRequired, Unpack
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolMessage
@@ -33,14 +33,10 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from dtdr_agents.foundation.selection import SelectionPolicy
 from dtdr_agents.runtime import (
-    UNSET,
-    AgentMode,
-    BindingPolicy,
     OnUnbound,
+    SelectionKeywords,
     StepRecord,
-    Unset,
     check_on_unbound,
     check_tool_list,
     merge_selection_records,
@@ -297,16 +293,12 @@ def create_dtdr_agent(
     tools: Sequence[BaseTool | Callable[..., Any]],
     retriever: Any,
     *,
-    k: int | Unset | None = UNSET,
-    policy: SelectionPolicy | None = None,
-    binding: BindingPolicy | None = None,
-    mode: AgentMode | None = None,
-    cache: str | None = None,
     system_prompt: str | None = None,
     recorder: DemonstrationRecorder | None = None,
     state_schema: type[Any] = DTDRAgentState,
     handle_tool_errors: Any = True,
     token_counter: TokenCounter | None = None,
+    **selection: Unpack[SelectionKeywords],
 ) -> StateGraph[Any, Any, Any, Any]:
     """Build a ReAct agent graph that binds only the tools ranked for the next step.
 
@@ -322,28 +314,15 @@ def create_dtdr_agent(
         retriever: A fitted core retriever (any id of `dtdr_agents.make_retriever`: DTDR-C,
             DTDR-L, DR, LR, BM25, QTS, ...) or a `langchain_dtdr.DTDRRetriever`. It must rank
             exactly these tools; swapping it is the only change needed to compare retrievers.
-        k: Shorthand for ``policy.k``: bind at most this many retrieved tools per step (None:
-            no cap). Default 5.
-        policy: The `SelectionPolicy`, every setting of a step: k, threshold, coverage,
-            min_k, always_include, respect_fallback, mask mode, cache-stable binding, the one
-            wider re-selection, what happens to calls of unbound tools (``on_unbound``,
-            ``max_rejections``), unknown history names. Default
-            `dtdr_agents.runtime.DEFAULT_POLICY` (the 5 best tools with a non-zero
-            probability). Passed on unchanged to the nodes.
-        binding: Deprecated (warns): a `BindingPolicy` whose fields are set on `policy`.
-        mode: Shorthand for ``policy.mode``: ``"hard"``, ``"hard_weighted"``, ``"soft"`` or
-            ``"soft_weighted"`` (DTDR paper, §5), or ``"set"``: bind the request's
-            recommended tool set (`ToolRetriever.recommend`) once per turn, re-recommended when
-            the model calls a tool outside it or the next-step ranking has moved on.
-        cache: Shorthand for ``policy.cache``: ``"append"`` only grows the bound list within
-            a turn (first-bound order, capped by ``policy.cache_cap``), so each request's
-            tools array starts with the previous one's; ``"off"`` binds each selection.
         system_prompt: A static system prompt (kept first in the system message).
         recorder: Append each finished turn to this `DemonstrationRecorder` (a ``record``
             node runs before END).
         state_schema: The state schema; must have the keys of `DTDRAgentState`.
         handle_tool_errors: Passed to LangGraph's `ToolNode`.
         token_counter: Token counter for the prompt figures in the records.
+        **selection: ``k``, ``policy`` (every setting of a step, passed on unchanged to the
+            nodes), ``mode``, ``cache`` (and the deprecated ``binding``):
+            `dtdr_agents.runtime.SelectionKeywords`.
 
     Returns:
         The uncompiled `StateGraph` (compile it with your checkpointer, store, ...).
@@ -366,7 +345,7 @@ def create_dtdr_agent(
             f"{type(model).__name__} does not implement bind_tools, so it cannot be given "
             "tools (for offline tests use langchain_dtdr.testing.ScriptedChatModel)"
         )
-    sel_policy = resolve_policy(policy, k=k, mode=mode, cache=cache, binding=binding)
+    sel_policy = resolve_policy(**selection)
     _check_state_schema(state_schema)
     lc_tools = _as_tools(tools)
     selector = ToolSelector(lc_tools, retriever, policy=sel_policy, token_counter=token_counter)

@@ -9,7 +9,7 @@ with an exact name look-up.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.objects.base import ObjectRetriever
@@ -18,15 +18,11 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.tools.types import BaseTool
 
 from dtdr_agents.foundation.errors import InvalidToolError, UnknownToolError
-from dtdr_agents.foundation.selection import SelectionPolicy
 from dtdr_agents.foundation.types import Tool
 from dtdr_agents.runtime import (
-    UNSET,
-    AgentMode,
-    BindingPolicy,
+    SelectionKeywords,
     StepRecord,
     StepSelector,
-    Unset,
     check_tool_list,
     resolve_policy,
 )
@@ -133,15 +129,9 @@ class DTDRObjectRetriever(ObjectRetriever[BaseTool]):
         tools: The agent's LlamaIndex tools; names must be unique.
         retriever: A fitted core retriever (any id of `make_retriever`) ranking exactly these
             tools' names.
-        k: Shorthand for ``policy.k`` (default 5).
-        policy: The `SelectionPolicy`: selection, mask mode, cache, widening, unbound calls
-            (default `dtdr_agents.runtime.DEFAULT_POLICY`). Passed on unchanged.
-        binding: Deprecated (warns): a `BindingPolicy` whose fields are set on `policy`.
-        mode: Shorthand for ``policy.mode``, or ``"set"`` (bind the recommended set once
-            per turn; see `dtdr_agents.runtime.resolve_policy`).
-        cache: Shorthand for ``policy.cache`` (``"append"``: the bound list only grows within
-            a turn, used by `DTDRFunctionAgent`).
         token_counter: Token counter for the prompt figures.
+        **selection: ``k``, ``policy``, ``mode``, ``cache`` (and the deprecated
+            ``binding``): `dtdr_agents.runtime.SelectionKeywords`.
 
     Raises:
         InvalidToolError: Duplicate tool names.
@@ -154,18 +144,14 @@ class DTDRObjectRetriever(ObjectRetriever[BaseTool]):
         tools: Sequence[BaseTool],
         retriever: Any,
         *,
-        k: int | Unset | None = UNSET,
-        policy: SelectionPolicy | None = None,
-        binding: BindingPolicy | None = None,
-        mode: AgentMode | None = None,
-        cache: str | None = None,
         token_counter: TokenCounter | None = None,
+        **selection: Unpack[SelectionKeywords],
     ) -> None:
         tools = check_tool_list(tools)
         _check_unique(tools)
         self.tools = tools
         self.tools_by_name: dict[str, BaseTool] = {str(t.metadata.name): t for t in tools}
-        self.policy = resolve_policy(policy, k=k, mode=mode, cache=cache, binding=binding)
+        self.policy = resolve_policy(**selection)
         core = [core_tool(t) for t in tools]
         self.selector = StepSelector(
             core, retriever, policy=self.policy, token_counter=token_counter
