@@ -271,7 +271,7 @@ class ProtocolBuilder:
         tools: The tool catalogue.
         counter: Token counter for prompt sizes.
         policy: How many retrieved tools a step keeps (default: the top 5).
-        seed: Seed of the example demonstration drawn per test plan.
+        seed: Seed of the example demonstration (one for the whole run).
     """
 
     def __init__(
@@ -337,12 +337,17 @@ class ProtocolBuilder:
         return bool(self.test) and all(d.arguments is not None for d in self.test)
 
     def _draw_examples(self) -> list[str]:
-        out = []
-        for i in range(len(self.test)):
-            demo = self.train[random.Random(f"{self.seed}:{i}").randrange(len(self.train))]
-            calls = [self._api(c) for c in demo.calls]
-            out.append(render_demonstration(demo.query, calls, END_TOOL))
-        return out
+        """The example demonstration of each plan: one drawn for the whole run.
+
+        The paper gives every method "1 randomly selected demonstration". One for all plans
+        keeps the prompt's constant part (the instructions, the example and, for ``no_icl``,
+        every tool's schema) one prefix that a server's prompt cache reuses across plans.
+        """
+        if not self.train:
+            return ["" for _ in self.test]
+        demo = self.train[random.Random(f"{self.seed}:example").randrange(len(self.train))]
+        example = render_demonstration(demo.query, [self._api(c) for c in demo.calls], END_TOOL)
+        return [example for _ in self.test]
 
     def raw_demos(self, preferred: Sequence[str], query: str) -> list[str]:
         """Up to `MAX_RAW_DEMOS` training demonstrations whose plans use the retrieved tools.
