@@ -351,6 +351,9 @@ def test_session_errors_name_the_url_without_its_password(tmp_path: Path) -> Non
         store.save("", SessionState())
     with pytest.raises(StoreError, match=r"postgresql\+psycopg://u:\*\*\*@127\.0\.0\.1:9/x"):
         SessionStore("postgresql://u:secret@127.0.0.1:9/x")
+    with pytest.raises(StoreError, match=r"'mysql://u:\*\*\*@h/x' is not a sqlite") as caught:
+        SessionStore("mysql://u:secret@h/x")
+    assert "secret" not in str(caught.value)
 
 
 def test_a_version_1_store_upgrades_in_place_to_hold_sessions(url: str) -> None:

@@ -22,7 +22,7 @@ from typing import Any, Self, TypeVar
 
 from sqlalchemy import delete, select
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import ArgumentError, OperationalError
 from sqlalchemy.sql.dml import Insert
 
 from dtdr_agents.store.errors import StoreError
@@ -73,6 +73,14 @@ def _check_key(key: Any) -> str:
     return key
 
 
+def _hidden(url: str | Path) -> str:
+    """`url` without its password (or a placeholder when it does not parse)."""
+    try:
+        return make_url(str(url)).render_as_string(hide_password=True)
+    except ArgumentError:
+        return str(url) if "@" not in str(url) else "<a URL that does not parse>"
+
+
 class SessionStore:
     """Proxy session state by key, in the run store's database.
 
@@ -86,7 +94,13 @@ class SessionStore:
     """
 
     def __init__(self, url: str | Path = DEFAULT_URL) -> None:
-        self.url = store_url(url)
+        try:
+            self.url = store_url(url)
+        except StoreError:
+            raise StoreError(
+                f"session store URL {_hidden(url)!r} is not a sqlite:/// or postgresql:// URL "
+                "(or a path of an SQLite file)"
+            ) from None
         self.where = make_url(self.url).render_as_string(hide_password=True)
         """The URL without its password, for messages."""
         self.engine = make_engine(self.url)
