@@ -407,3 +407,154 @@ def test_a_published_version_is_retargeted_to_the_upstreams_tools(
         second = selector.select(query, ())
     assert selector.retriever is models.current()  # v000002 serves from this step
     assert tuple(second.bound) == tuple(first.bound)  # the same model, the same ranking
+
+
+# ------------------------------------------------------------------ replicas on a session store
+@asynccontextmanager
+async def connect_as(url: str, key: str) -> AsyncIterator[Client]:
+    """A client that names its session `key` in the ``X-Dtdr-Session`` header."""
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async with (
+        create_mcp_http_client(headers={"X-Dtdr-Session": key}) as http,
+        streamable_http_client(url, http_client=http) as (read, write),
+        ClientSession(read, write, read_timeout_seconds=BOUND) as s,
+    ):
+        await s.initialize()
+        yield Client(s, [])
+
+
+def replay(
+    model: tuple[Path, Path, list[Demonstration]], steps: Sequence[tuple[str, str]]
+) -> list[str]:
+    """The names one in-process `ProxySession` lists after `steps` (``(kind, argument)``)."""
+    from dtdr_agents.foundation.types import Toolset
+    from mcp_dtdr.session import ProxyConfig, ProxySession, _core_tool, _selector
+
+    specs = json.loads(model[1].read_text(encoding="utf-8"))
+    tools = [
+        types.Tool(
+            name=s["name"], description=s.get("description", ""), input_schema=s["parameters"]
+        )
+        for s in specs
+    ]
+    toolset = Toolset([_core_tool(t) for t in tools])
+    selector = _selector(toolset, load_retriever(model[0]), ProxyConfig(k=K), strict=True)
+    session = ProxySession(selector, {t.name: t for t in tools}, search_k=K)
+    for kind, arg in steps:
+        {"set_task": session.set_task, "search": session.search, "call": session.record_call}[kind](
+            arg
+        )
+    return [t.name for t in session.list_tools()]
+
+
+async def _two_replicas_share_sessions(
+    model: tuple[Path, Path, list[Demonstration]], core: ToolRetriever, store: str
+) -> None:
+    alice_q, bob_q = distinct_requests(core, model[2], 2)
+    flags = ("--session-store", store)
+    with (
+        anyio.fail_after(BOUND),
+        serve(str(model[0]), model[1], *flags) as a,
+        serve(str(model[0]), model[1], *flags) as b,
+    ):
+        assert a.url != b.url
+        alice: list[tuple[str, str]] = [("set_task", alice_q)]
+        async with connect_as(a.url, "alice") as via_a, connect_as(b.url, "alice") as via_b:
+            await via_a.call("set_task", {"request": alice_q})
+            first = await via_b.names()
+            assert first == await via_a.names() == replay(model, alice)
+            assert len(first) > 2
+            name = first[2]
+            assert echoed(await via_b.call(name, {"who": "alice"}))["tool"] == name
+            alice.append(("call", name))
+            assert replay(model, alice) != first  # the call moved the ranking on
+            assert await via_a.names() == await via_b.names() == replay(model, alice)
+            await via_a.call("search_tools", {"query": "convert the currency"})
+            alice.append(("search", "convert the currency"))
+            assert replay(model, alice) != replay(model, alice[:-1])  # it found new tools
+            assert await via_b.names() == replay(model, alice)
+            after_alice = await via_a.names()
+
+        bob: list[tuple[str, str]] = [("set_task", bob_q)]
+        async with connect_as(b.url, "bob") as bob_b, connect_as(a.url, "bob") as bob_a:
+            assert await bob_a.names() == META  # a new key: no task, nothing of alice's
+            await bob_b.call("set_task", {"request": bob_q})
+            name = (await bob_a.names())[2]
+            await bob_a.call(name, {"who": "bob"})
+            bob.append(("call", name))
+            assert await bob_b.names() == await bob_a.names() == replay(model, bob)
+        async with connect_as(b.url, "alice") as again:  # bob's calls are not alice's
+            assert await again.names() == after_alice == replay(model, alice)
+
+        from mcp import Client as ModernClient
+        from mcp.shared.exceptions import MCPError
+
+        async with connect(a.url) as anonymous:  # no key: the error names the header
+            with pytest.raises(MCPError, match="X-Dtdr-Session header"):
+                await anonymous.names()
+        async with ModernClient(b.url) as modern:  # a 2026-07-28 client, no key
+            with pytest.raises(MCPError, match="X-Dtdr-Session header"):
+                await modern.list_tools()
+
+
+async def test_two_replicas_on_one_sqlite_store_answer_a_session_alike(
+    model: tuple[Path, Path, list[Demonstration]], core: ToolRetriever, tmp_path: Path
+) -> None:
+    await _two_replicas_share_sessions(model, core, f"sqlite:///{tmp_path / 'sessions.db'}")
+
+
+async def test_two_replicas_on_one_postgresql_store_answer_a_session_alike(
+    model: tuple[Path, Path, list[Demonstration]], core: ToolRetriever
+) -> None:
+    from dtdr_agents.store.testing import postgres_server, postgres_unavailable
+
+    reason = postgres_unavailable()
+    if reason:
+        pytest.skip(reason)
+    with postgres_server() as url:
+        await _two_replicas_share_sessions(model, core, url)
+
+
+def test_a_session_store_is_an_option_of_streamable_http(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    upstream = ["--", sys.executable, str(UPSTREAM), "--tools", "tools.json"]
+    code = cli_main(["mcp-proxy", "--session-store", "sqlite://", *upstream])
+    assert code != 0
+    assert "--session-store is an option of --transport streamable-http" in capsys.readouterr().err
+    args = ["mcp-proxy", "--transport", "streamable-http", "--port", "0"]
+    code = cli_main([*args, "--session-store", "mysql://u:secret@h/x", *upstream])
+    err = capsys.readouterr().err
+    assert code != 0 and "--session-store: session store URL 'mysql://u:***@h/x'" in err
+    assert "secret" not in err
+
+
+@pytest.mark.parametrize("cache", ["off", "append"])
+def test_a_restored_session_binds_what_the_live_one_bound(
+    model: tuple[Path, Path, list[Demonstration]], cache: str
+) -> None:
+    """`ProxySession.restore` from (request, history, found) lists what the session listed."""
+    from dtdr_agents.foundation.types import Toolset
+    from mcp_dtdr.session import ProxyConfig, ProxySession, _core_tool, _selector
+
+    specs = json.loads(model[1].read_text(encoding="utf-8"))
+    tools = {
+        s["name"]: types.Tool(
+            name=s["name"], description=s.get("description", ""), input_schema=s["parameters"]
+        )
+        for s in specs
+    }
+    toolset = Toolset([_core_tool(t) for t in tools.values()])
+    config = ProxyConfig(k=K, cache=cache)
+    selector = _selector(toolset, load_retriever(model[0]), config, strict=True)
+    for demo in model[2][:8]:
+        live = ProxySession(selector, tools, search_k=K)
+        live.set_task(demo.query)
+        for i, call in enumerate(demo.calls):
+            if i == 1:
+                live.search("send a message")
+            live.record_call(call)
+            restored = ProxySession(selector, tools, search_k=K)
+            restored.restore(live.request, live.history, live.found)
+            assert restored.list_tools() == live.list_tools(), (cache, demo.query, i)

@@ -31,6 +31,11 @@ def cmd_mcp_proxy(args: argparse.Namespace) -> int:
             "--host and --port are options of --transport streamable-http (stdio serves "
             "one client over stdin/stdout)"
         )
+    if not http and args.session_store is not None:
+        raise CLIError(
+            "--session-store is an option of --transport streamable-http (stdio serves one "
+            "client, whose session lives in the proxy process)"
+        )
     port = 8000 if args.port is None else args.port
     if not 0 <= port <= 65535:
         raise CLIError(f"--port must be from 0 to 65535 (0: a free port), got {port}")
@@ -51,11 +56,15 @@ def cmd_mcp_proxy(args: argparse.Namespace) -> int:
             host=args.host or "127.0.0.1",
             port=port,
             reload_interval=args.reload_interval,
+            session_store=args.session_store,
         )
     except ValueError as exc:
         raise CLIError(str(exc)) from exc
-    except StoreError as exc:  # a publish folder with no version that loads
-        raise CLIError(f"--model {args.model}: {exc}") from exc
+    except StoreError as exc:  # a publish folder with no version that loads, or the store
+        where = "--model " + str(args.model)
+        if args.session_store is not None and "session store" in str(exc):
+            where = "--session-store"
+        raise CLIError(f"{where}: {exc}") from exc
     return 0
 
 
@@ -88,6 +97,14 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--host", default=None, help="streamable-http: address to listen on (127.0.0.1)")
     p.add_argument(
         "--port", type=int, default=None, help="streamable-http: port (8000; 0 picks a free one)"
+    )
+    p.add_argument(
+        "--session-store",
+        default=None,
+        metavar="URL",
+        help="streamable-http: keep each session's state in this run store (sqlite:///FILE "
+        "or postgresql://...); clients name their session in the X-Dtdr-Session header, and "
+        "replicas on one store serve any session (no session affinity needed)",
     )
     p.add_argument(
         "--reload-interval",

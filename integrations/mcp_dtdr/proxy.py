@@ -2,7 +2,8 @@
 
 The proxy speaks MCP over stdio to its client (or over the SDK's streamable HTTP transport to
 many clients, `serve_proxy_http`: each MCP session is a `ProxySession` with its own request,
-history and found tools, over one shared catalogue, retriever and upstream connection) and
+history and found tools, over one shared catalogue, retriever and upstream connection; with a
+session store, `mcp_dtdr.stored`, the state lives in the store and replicas share it) and
 starts the upstream server over stdio. Started on a publish folder (`reloading`), it takes up
 newly published versions between steps. A session sees at most `k` retrieved upstream tools
 (plus ``always_include`` and the tools its last ``search_tools`` found) and two meta-tools:
@@ -68,6 +69,7 @@ from dtdr_agents.runtime import (
     DEFAULT_RETRIEVER,
 )
 from dtdr_agents.store.publishing import Reloader
+from dtdr_agents.store.sessions import SessionStore
 from mcp_dtdr.names import (
     SEARCH_TOOLS,
     SET_TASK,
@@ -75,6 +77,7 @@ from mcp_dtdr.names import (
     NameClashWarning,
     listed_names,
 )
+from mcp_dtdr.network import _loop_options, listen
 from mcp_dtdr.reloading import publish_root, published_models
 from mcp_dtdr.session import (
     ProxyConfig,
@@ -84,10 +87,12 @@ from mcp_dtdr.session import (
     _core_tool,
     _selector,
 )
+from mcp_dtdr.stored import SESSION_HEADER, StoredSessions, session_key
 from mcp_dtdr.upstream import Upstream, UpstreamError, _mcp_error, _upstream_argv
 
 __all__ = [
     "SEARCH_TOOLS",
+    "SESSION_HEADER",
     "SET_TASK",
     "UPSTREAM_PREFIX",
     "NameClashWarning",
@@ -164,6 +169,7 @@ def _build(
     config: ProxyConfig,
     *,
     per_connection: bool = False,
+    store: SessionStore | None = None,
 ) -> _Built:
     """The server (see `build_server`) and the task that follows the upstream's tool changes.
 
@@ -171,6 +177,11 @@ def _build(
     transport) gets its own `ProxySession`: its own request, history and found tools, over
     the one shared catalogue and retriever. Rankings of all sessions take turns (one lock):
     they share the retriever, which the upstream's tool changes retarget.
+
+    With a session `store` (streamable HTTP in the SDK's stateless mode), each request names
+    its session in the `SESSION_HEADER` header: its state is loaded from the store, its next
+    step selected again (`ProxySession.restore`), and a changed state saved before the answer;
+    no state stays in this process, and no change notification is sent (clients list again).
 
     The follow task (None when the upstream is unusable) waits for each upstream
     ``notifications/tools/list_changed``, lists the upstream's tools again, retargets the
@@ -193,6 +204,7 @@ def _build(
     search_k = config.search_k or config.k
     clients: dict[str, _Client] = {}  # by MCP session id ("" on stdio: one connection)
     bus = InMemorySubscriptionBus()
+    stored = None if store is None else StoredSessions(store, search_k, lock)
 
     def live(ctx: ServerRequestContext[Any]) -> ProxySession:
         key = ""
@@ -220,6 +232,15 @@ def _build(
         upstream.check()
         return client.session
 
+    async def session_of(ctx: ServerRequestContext[Any]) -> tuple[str, ProxySession]:
+        """The request's session: from the store, or this process's live sessions."""
+        if stored is None:
+            return "", live(ctx)
+        key = session_key(ctx)
+        upstream.check()
+        assert catalogue is not None
+        return key, await stored.load(key, catalogue)
+
     async def notify(notifiers: Sequence[Any]) -> None:
         """Tell these clients that their list of tools changed."""
 
@@ -238,12 +259,12 @@ def _build(
     async def on_list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=live(ctx).list_tools())
+        return types.ListToolsResult(tools=(await session_of(ctx))[1].list_tools())
 
     async def on_call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        sess = live(ctx)
+        key, sess = await session_of(ctx)
         args = dict(params.arguments or {})
         if params.name in (SET_TASK, SEARCH_TOOLS):
             change, arg = (
@@ -269,7 +290,9 @@ def _build(
                 before = sess.exposed()
                 await anyio.to_thread.run_sync(sess.record_call, name)
                 after = sess.exposed()
-        if after != before:
+        if stored is not None:  # stateless: nothing stays here, no channel to notify on
+            await stored.save(key, sess)
+        elif after != before:
             await notify([ctx.session])
         return result
 
@@ -393,33 +416,6 @@ async def serve_proxy(
         )
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to `host`:`port` (0: a free port), for `serve_proxy_http`.
-
-    Raises:
-        ValueError: The port is out of range, or the address cannot be bound (in use, not
-            an address of this machine, no permission).
-    """
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ValueError(f"port must be an integer from 0 to 65535, got {port!r}")
-    if not isinstance(host, str) or not host:
-        raise ValueError(f"host must be a host name or address, got {host!r}")
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        family, kind, proto, _, address = infos[0]
-        sock = socket.socket(family, kind, proto)
-    except OSError as exc:
-        raise ValueError(f"host {host!r} cannot be resolved: {exc}") from None
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-    except OSError as exc:
-        sock.close()
-        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.set_inheritable(True)
-    return sock
-
-
 async def serve_proxy_http(
     retriever: ToolRetriever | Reloader[Any] | None,
     upstream_argv: Sequence[str],
@@ -431,6 +427,7 @@ async def serve_proxy_http(
     path: str = "/mcp",
     json_response: bool = True,
     ready: Callable[[str], None] | None = None,
+    session_store: SessionStore | None = None,
 ) -> None:
     """Start the upstream and serve many clients over streamable HTTP on `sock` until stopped.
 
@@ -440,6 +437,10 @@ async def serve_proxy_http(
     SSE stream (about twice the throughput in the load bench); change notifications travel
     on the session's GET stream either way. `ready(url)` is called once the server accepts
     connections. SIGINT/SIGTERM stop it.
+
+    With a `session_store`, the SDK runs in stateless mode and each request names its session
+    in the `SESSION_HEADER` header, whose state lives in the store (see `_build`): replicas
+    on one store answer a session alike, behind any load balancer.
     """
     import uvicorn  # a dependency of mcp
 
@@ -450,9 +451,12 @@ async def serve_proxy_http(
         upstream = await Upstream.start(stack, argv, timeout=config.timeout, env=env)
         if upstream.session is None:
             _say(f"the upstream is unusable; every request will say why: {upstream.error}")
-        built = _build(upstream, retriever, config, per_connection=True)
+        built = _build(upstream, retriever, config, per_connection=True, store=session_store)
         app = built.server.streamable_http_app(
-            streamable_http_path=path, host=host, json_response=json_response
+            streamable_http_path=path,
+            host=host,
+            json_response=json_response,
+            stateless_http=session_store is not None,
         )
         web = uvicorn.Server(
             uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
@@ -472,17 +476,6 @@ async def serve_proxy_http(
 TRANSPORTS = ("stdio", "streamable-http")
 
 
-def _loop_options(http: bool) -> dict[str, Any]:
-    """The asyncio backend's options: uvloop for the HTTP server when it is installed."""
-    if not http:
-        return {}
-    try:
-        import uvloop  # noqa: F401  # optional: a faster event loop
-    except ImportError:
-        return {}
-    return {"use_uvloop": True}
-
-
 def run_proxy(
     model_dir: str | Path | None,
     upstream_argv: Sequence[str],
@@ -498,6 +491,7 @@ def run_proxy(
     host: str = "127.0.0.1",
     port: int = 8000,
     reload_interval: float = 5.0,
+    session_store: str | Path | None = None,
 ) -> None:
     """Run the proxy over this process's stdin/stdout (or streamable HTTP) until stopped.
 
@@ -523,12 +517,16 @@ def run_proxy(
         host: The address to listen on (streamable HTTP).
         port: The port to listen on (streamable HTTP; 0 picks a free one, printed on stderr).
         reload_interval: Seconds between looks for a newly published version.
+        session_store: A run store URL (`dtdr_agents.store.SessionStore`) that keeps each
+            session's state (streamable HTTP only): clients name their session in the
+            `SESSION_HEADER` header, and replicas on the same store serve any session.
 
     Raises:
         ModelLoadError: The model folder cannot be loaded.
         PublishError: The publish folder has no version, or its current one does not load.
-        ValueError: Invalid options (transport, port, interval), an address that cannot be
-            bound, or an empty upstream command.
+        StoreError: The session store cannot be opened (named without its password).
+        ValueError: Invalid options (transport, port, interval, a session store on stdio),
+            an address that cannot be bound, or an empty upstream command.
         TypeError: `upstream_argv` is a single string instead of a list.
     """
     argv = _upstream_argv(upstream_argv)
@@ -547,7 +545,15 @@ def run_proxy(
         cache=cache,
         policy=policy,
     )
-    sock = listen(host, port) if transport == "streamable-http" else None
+    if session_store is not None and transport != "streamable-http":
+        raise ValueError("session_store is an option of the streamable-http transport")
+    sessions = SessionStore(session_store) if session_store is not None else None
+    try:
+        sock = listen(host, port) if transport == "streamable-http" else None
+    except ValueError:
+        if sessions is not None:
+            sessions.close()
+        raise
     try:
         retriever: ToolRetriever | Reloader[Any] | None = None
         if model_dir is not None:
@@ -555,6 +561,11 @@ def run_proxy(
             retriever = load_retriever(model_dir) if root is None else published_models(root)
 
         async def main() -> None:
+            if sessions is not None:
+                _say(
+                    f"session state in {sessions.where}: clients name their session in the "
+                    f"{SESSION_HEADER} header"
+                )
             if sock is None:
                 async with stdio_server() as (read, write):
                     await serve_proxy(
@@ -569,9 +580,12 @@ def run_proxy(
                     env=env,
                     reload_interval=interval,
                     ready=lambda url: _say(f"serving MCP over streamable HTTP at {url}"),
+                    session_store=sessions,
                 )
 
         anyio.run(main, backend_options=_loop_options(sock is not None))
     finally:
         if sock is not None:
             sock.close()
+        if sessions is not None:
+            sessions.close()

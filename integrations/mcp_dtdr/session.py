@@ -7,7 +7,7 @@ A session's state is one immutable snapshot replaced whole by each change, so th
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -300,6 +300,31 @@ class ProxySession:
         state = self.state
         state = dataclasses.replace(state, history=(*state.history, name))
         self.state = self._ranked(state, state.step)
+
+    def restore(self, request: str | None, history: Sequence[str], found: Sequence[str]) -> None:
+        """Take up a saved session (request, calls, found tools) and select its next step.
+
+        The task's steps are selected again in order (``set_task``, then one step per call),
+        so that a binding strategy that grows the list within a task (``cache="append"``)
+        binds what the session that saved the state bound; with ``cache="off"`` only the last
+        step is selected. Found tools the upstream no longer lists are dropped. Hold `lock`.
+        """
+        cat = self.state.catalogue
+        self.steps = []
+        state = _State(
+            cat,
+            request=request,
+            history=tuple(history),
+            found=tuple(n for n in found if n in cat.tools),
+        )
+        if request is None or cat.selector.policy.cache == "off":
+            self.state = self._ranked(state, None)
+            return
+        previous: StepRecord | None = None
+        for i in range(len(state.history) + 1):
+            step = self._ranked(dataclasses.replace(state, history=state.history[:i]), previous)
+            previous = step.step
+        self.state = dataclasses.replace(state, step=previous)
 
     def set_catalogue(
         self, selector: StepSelector, upstream_tools: Mapping[str, types.Tool]
