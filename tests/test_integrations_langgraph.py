@@ -572,3 +572,24 @@ def test_custom_state_schema(demo: DemoSetup, tools: list[BaseTool]) -> None:
     graph = create_dtdr_agent(model, tools, demo.retriever, state_schema=MyState).compile()
     state = graph.invoke({"messages": [("user", demo.test[1].query)], "user_id": "u1"})
     assert state["user_id"] == "u1" and state["tool_selections"]
+
+
+def test_no_retriever_means_hybrid_fitted_on_the_tools_alone(
+    demo: DemoSetup, tools: list[BaseTool]
+) -> None:
+    from langchain.agents import create_agent
+
+    from langchain_dtdr import DTDRMiddleware
+
+    request = demo.test[1]
+    model = follower(demo)
+    state = run(create_dtdr_agent(model, tools, k=K).compile(), request.query)
+    records = state["tool_selections"]
+    assert records and all(r["explanation"]["method"] == "hybrid" for r in records)
+    assert "zero_shot" in records[0]["explanation"]  # fitted on no demonstrations
+    assert len(model.calls) == len(records)
+    # the same default behind the middleware: the selector is built from the request's tools
+    middleware = DTDRMiddleware(k=K)
+    agent = create_agent(follower(demo), tools, middleware=[middleware])
+    out = agent.invoke({"messages": [HumanMessage(request.query)]})
+    assert out["tool_selections"][0]["explanation"]["method"] == "hybrid"

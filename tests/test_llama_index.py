@@ -142,3 +142,15 @@ def test_bad_input_fails_at_construction(demo: DemoSetup, tools: list[FunctionTo
         DTDRFunctionAgent(
             tools=tools, llm=OpenAILike(model="m", api_key="x", is_function_calling_model=True)
         )
+
+
+def test_no_retriever_means_hybrid_fitted_on_the_tools_alone(
+    demo: DemoSetup, tools: list[FunctionTool]
+) -> None:
+    request = demo.test[2]
+    retriever = DTDRObjectRetriever(tools, k=K)
+    first = retriever.select(request.query)
+    assert first.explanation["method"] == "hybrid" and "zero_shot" in first.explanation
+    assert 0 < len(first.bound) <= K + 1
+    after = retriever.select(request.query, request.calls[:1], previous=first)
+    assert after.history == tuple(request.calls[:1])

@@ -158,3 +158,16 @@ def test_bench_n_demos_rejects_a_negative_count(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["bench", "--dataset", "taskbench", "--path", str(TINY), "--n-demos", "-1"])
     assert "--n-demos" in capsys.readouterr().err
+
+
+def test_a_step_selector_without_a_retriever_fits_hybrid_on_the_tools(data, tfidf) -> None:
+    from dtdr_agents.runtime import StepSelector
+
+    selector = StepSelector(data.tools, None)
+    assert selector.retriever.retriever_id == "hybrid"
+    assert selector.retriever.cv_.get("n_demos", 0) == 0  # no demonstrations were given
+    first = selector.select(QUERY)
+    calls = [n for n in first.selection.names if n != END_OF_PLAN][:1]
+    after = selector.select(QUERY, calls, previous=first)
+    assert after.explanation["zero_shot"] and after.history == tuple(calls)
+    assert after.selection.names != first.selection.names  # the call so far moved the ranking

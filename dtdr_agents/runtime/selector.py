@@ -13,6 +13,7 @@ from dtdr_agents.foundation.selection import Selection, SelectionPolicy, select
 from dtdr_agents.foundation.types import END_OF_PLAN, Ranking, Toolset
 from dtdr_agents.runtime.binding import BINDERS, BindContext
 from dtdr_agents.runtime.checks import (
+    DEFAULT_RETRIEVER,
     CatalogueMismatchError,
     check_tool_list,
     fitted_tools,
@@ -47,7 +48,10 @@ class StepSelector:
             one. It must rank exactly this catalogue (same names). Or a `store.Reloader` of
             published versions: each step (never a wider re-selection inside one) starts
             with its current version; a version that ranks another catalogue is refused
-            with a `ReloadWarning` and the running one keeps serving.
+            with a `ReloadWarning` and the running one keeps serving. Or None, with no
+            demonstrations yet: `DEFAULT_RETRIEVER` fitted on the tools alone (it ranks from
+            the request, its sub-goals and the calls so far over a tool graph derived from
+            the catalogue).
         policy: The `SelectionPolicy`: selection, binding, widening and unbound calls
             (default `DEFAULT_POLICY`). Used as given.
         binding: Deprecated (warns): a `BindingPolicy` whose fields are set on `policy`.
@@ -80,14 +84,18 @@ class StepSelector:
             )
             self.policy = with_binding(self.policy, binding)
         self.mode: MaskMode = self.policy.mode
-        self.reloader: Reloader[Any] | None = retriever if isinstance(retriever, Reloader) else None
-        self.retriever = unwrap_retriever(
-            self.reloader.current() if self.reloader is not None else retriever
-        )
         try:
             self.toolset = tools if isinstance(tools, Toolset) else Toolset(check_tool_list(tools))
         except InvalidToolError as exc:
             raise InvalidToolError(f"invalid tool list: {exc}") from exc
+        if retriever is None:  # no demonstrations yet: history-aware from the tools alone
+            from dtdr_agents.retrievers import make_retriever
+
+            retriever = make_retriever(DEFAULT_RETRIEVER).fit([], self.toolset)
+        self.reloader: Reloader[Any] | None = retriever if isinstance(retriever, Reloader) else None
+        self.retriever = unwrap_retriever(
+            self.reloader.current() if self.reloader is not None else retriever
+        )
         missing = [n for n in self.policy.always_include if not self.toolset.has(n)]
         if missing:
             raise UnknownToolError(

@@ -88,7 +88,9 @@ class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
     """Dynamic tool retrieval for `create_agent`: bind only the tools ranked for the next step.
 
     Args:
-        retriever: A fitted core retriever (any `make_retriever` id) or a `DTDRRetriever`.
+        retriever: A fitted core retriever (any `make_retriever` id) or a `DTDRRetriever`, a
+            `store.Reloader`, or None with no demonstrations yet: `hybrid` fitted on the
+            agent's tools alone.
         tools: The agent's tools, to validate the catalogue when the middleware is built;
             otherwise it is checked at the first model call.
         token_counter: Token counter for the prompt figures.
@@ -103,7 +105,7 @@ class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
 
     def __init__(
         self,
-        retriever: Any,
+        retriever: Any = None,
         *,
         tools: Sequence[ToolLike] | None = None,
         token_counter: TokenCounter | None = None,
@@ -111,8 +113,11 @@ class DTDRMiddleware(AgentMiddleware[DTDRMiddlewareState, Any, Any]):
     ) -> None:
         super().__init__()
         # a store.Reloader stays itself: the step selector takes up new versions between steps
+        # None: hybrid fitted on the request's tools alone, by each step selector built
         self.retriever = (
-            retriever if isinstance(retriever, Reloader) else unwrap_retriever(retriever)
+            retriever
+            if retriever is None or isinstance(retriever, Reloader)
+            else unwrap_retriever(retriever)
         )
         self.policy = resolve_policy(**selection)
         self.token_counter = token_counter

@@ -69,6 +69,7 @@ class ToolSelector(StepSelector):
         tools: The agent's tools (`BaseTool`, OpenAI schema dicts or functions), in catalogue
             order. Names must be unique.
         retriever: A fitted core retriever (any id of `make_retriever`) or a `DTDRRetriever`.
+            None: `hybrid` fitted on these tools alone (no demonstrations yet).
             It must rank exactly this catalogue (same names).
         policy: The `SelectionPolicy`: selection, mask mode, cache, widening, unbound calls
             (default `dtdr_agents.runtime.DEFAULT_POLICY`).
@@ -82,7 +83,7 @@ class ToolSelector(StepSelector):
     def __init__(
         self,
         tools: Sequence[ToolLike],
-        retriever: Any,
+        retriever: Any = None,
         *,
         policy: SelectionPolicy | None = None,
         binding: BindingPolicy | None = None,

@@ -291,7 +291,7 @@ def _check_state_schema(schema: type[Any]) -> None:
 def create_dtdr_agent(
     model: BaseChatModel,
     tools: Sequence[BaseTool | Callable[..., Any]],
-    retriever: Any,
+    retriever: Any = None,
     *,
     system_prompt: str | None = None,
     recorder: DemonstrationRecorder | None = None,
@@ -314,6 +314,8 @@ def create_dtdr_agent(
         retriever: A fitted core retriever (any id of `dtdr_agents.make_retriever`: DTDR-C,
             DTDR-L, DR, LR, BM25, QTS, ...) or a `langchain_dtdr.DTDRRetriever`. It must rank
             exactly these tools; swapping it is the only change needed to compare retrievers.
+            None (no demonstrations yet): `hybrid` fitted on these tools alone, history-aware
+            from the first request.
         system_prompt: A static system prompt (kept first in the system message).
         recorder: Append each finished turn to this `DemonstrationRecorder` (a ``record``
             node runs before END).

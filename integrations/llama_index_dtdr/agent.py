@@ -95,7 +95,7 @@ class DTDRFunctionAgent(FunctionAgent):
     def from_tools(
         cls,
         tools: Sequence[BaseTool],
-        retriever: Any,
+        retriever: Any = None,
         *,
         k: int | Unset | None = UNSET,
         policy: SelectionPolicy | None = None,
@@ -110,6 +110,7 @@ class DTDRFunctionAgent(FunctionAgent):
         Args:
             tools: The agent's LlamaIndex tools (unique names).
             retriever: A fitted core retriever ranking exactly these tools.
+                None: `hybrid` fitted on these tools alone (no demonstrations yet).
             k: Shorthand for ``policy.k`` (default 5).
             policy: The `SelectionPolicy` (every setting of a step), passed on unchanged.
             binding: Deprecated (warns): a `BindingPolicy` whose fields are set on `policy`.

@@ -129,6 +129,7 @@ class DTDRObjectRetriever(ObjectRetriever[BaseTool]):
         tools: The agent's LlamaIndex tools; names must be unique.
         retriever: A fitted core retriever (any id of `make_retriever`) ranking exactly these
             tools' names.
+            None: `hybrid` fitted on these tools alone (no demonstrations yet).
         token_counter: Token counter for the prompt figures.
         **selection: ``k``, ``policy``, ``mode``, ``cache`` (and the deprecated
             ``binding``): `dtdr_agents.runtime.SelectionKeywords`.
@@ -142,7 +143,7 @@ class DTDRObjectRetriever(ObjectRetriever[BaseTool]):
     def __init__(
         self,
         tools: Sequence[BaseTool],
-        retriever: Any,
+        retriever: Any = None,
         *,
         token_counter: TokenCounter | None = None,
         **selection: Unpack[SelectionKeywords],
