@@ -381,3 +381,13 @@ def test_a_newer_schema_is_refused_by_the_session_store_and_left_alone(url: str)
         assert conn.execute(text("SELECT value FROM dtdr_meta")).scalar() == "3"
         assert conn.execute(text("SELECT count(*) FROM dtdr_sessions")).scalar() == 0
     engine.dispose()
+
+
+@pytest.mark.parametrize("url", ["mysql://ann:s3cret@db/x", "post gres://ann:s3cret@db/x"])
+def test_a_store_url_error_never_shows_the_password(url: str) -> None:
+    from dtdr_agents.store.errors import StoreError
+    from dtdr_agents.store.runs import store_url
+
+    with pytest.raises(StoreError, match=r"ann:\*\*\*@db") as caught:
+        store_url(url)
+    assert "s3cret" not in str(caught.value)

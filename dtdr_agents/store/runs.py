@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -169,6 +170,11 @@ class RunRecord:
         )
 
 
+def _without_password(text: str) -> str:
+    """`text` with the password of a ``scheme://user:password@host`` part masked."""
+    return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", text)
+
+
 def store_url(url: str | Path) -> str:
     """A SQLAlchemy URL for `url`: a plain path is an SQLite file; ``postgresql://`` uses psycopg 3.
 
@@ -180,13 +186,17 @@ def store_url(url: str | Path) -> str:
         text = f"sqlite:///{Path(text).expanduser()}"
     try:
         parsed = make_url(text)
-    except ArgumentError as exc:
-        raise StoreError(f"store URL {text!r} does not parse: {exc}") from None
+    except ArgumentError:  # the URL is not echoed: it may hold a password
+        raise StoreError(
+            f"store URL {_without_password(text)!r} does not parse: expected "
+            "sqlite:///PATH or postgresql://USER@HOST/DB"
+        ) from None
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
         raise StoreError(
-            f"store URL {text!r}: the run store supports sqlite:/// and postgresql:// URLs"
+            f"store URL {parsed.render_as_string(hide_password=True)!r}: the run store "
+            "supports sqlite:/// and postgresql:// URLs"
         )
     return parsed.render_as_string(hide_password=False)
 
