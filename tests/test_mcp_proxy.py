@@ -21,43 +21,23 @@ import pytest
 pytest.importorskip("mcp")
 
 import anyio
+import mcp_common
 import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
+from mcp_common import K, expected
 
-from dtdr_agents.datasets.synthetic import make_demo_dataset
-from dtdr_agents.foundation.selection import SelectionPolicy, select
 from dtdr_agents.foundation.types import Demonstration
-from dtdr_agents.retrievers import load_retriever, make_retriever
 from dtdr_agents.retrievers.base import ToolRetriever
 
 pytestmark = pytest.mark.slow  # each test starts two Python processes (~5-10 s)
 
-K = 3
+model = mcp_common.model  # the module-scoped fixtures
+core = mcp_common.core
+
 UPSTREAM = Path(__file__).with_name("mcp_upstream_server.py")
 META = ["set_task", "search_tools"]
 BOUND = 90  # seconds: start-up of two Python processes included, under load
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[Demonstration]]:
-    data = make_demo_dataset(340, seed=0)
-    folder = tmp_path_factory.mktemp("mcp")
-    retriever = make_retriever("dtdr-c", encoder="tfidf").fit(data.demos[:300], data.tools)
-    retriever.save(folder / "model")
-    tools_file = folder / "tools.json"
-    tools_file.write_text(json.dumps(data.tools.to_list()), encoding="utf-8")
-    return folder / "model", tools_file, list(data.demos[300:])
-
-
-@pytest.fixture(scope="module")
-def core(model: tuple[Path, Path, list[Demonstration]]) -> ToolRetriever:
-    return load_retriever(model[0])
-
-
-def expected(core: ToolRetriever, query: str, history: Sequence[str]) -> list[str]:
-    sel = select(core.rank(query, tuple(history)), SelectionPolicy(k=K, threshold=0.0))
-    return [n for n in core.tools_.names if n in sel.names]
 
 
 class Client:

@@ -201,6 +201,31 @@ def store_url(url: str | Path) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
+def open_store(url: str, what: str) -> tuple[str, Engine, int | None, int]:
+    """Connect to the store at `url` (from `store_url`), creating or upgrading its tables.
+
+    Returns:
+        The URL without its password (for messages), the engine, the schema version it was
+        upgraded from (None: it was current or new) and the schema version now.
+
+    Raises:
+        StoreError: The database cannot be reached (named as `what`, without the password),
+            or it holds a newer schema or a foreign table.
+    """
+    where = make_url(url).render_as_string(hide_password=True)
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            upgraded_from, version = upgrade(conn)
+    except OperationalError as exc:
+        engine.dispose()
+        raise StoreError(f"cannot open the {what} {where}: {exc.orig}") from None
+    except StoreError:
+        engine.dispose()
+        raise
+    return where, engine, upgraded_from, version
+
+
 def make_engine(url: str | Path) -> Engine:
     """An engine for the store at `url` (SQLite: WAL, busy time-out, ``BEGIN IMMEDIATE``)."""
     engine = create_engine(store_url(url))
@@ -236,18 +261,8 @@ class RunStore:
 
     def __init__(self, url: str | Path = DEFAULT_URL) -> None:
         self.url = store_url(url)
-        self.where = make_url(self.url).render_as_string(hide_password=True)
-        """The URL without its password, for messages."""
-        self.engine = make_engine(self.url)
-        try:
-            with self.engine.begin() as conn:
-                self.upgraded_from, self.schema_version = upgrade(conn)
-        except OperationalError as exc:
-            self.engine.dispose()
-            raise StoreError(f"cannot open the run store {self.where}: {exc.orig}") from None
-        except StoreError:
-            self.engine.dispose()
-            raise
+        opened = open_store(self.url, "run store")
+        self.where, self.engine, self.upgraded_from, self.schema_version = opened
 
     def _insert(self) -> Insert:
         if self.engine.dialect.name == "postgresql":

@@ -26,8 +26,8 @@ from sqlalchemy.exc import ArgumentError, OperationalError
 from sqlalchemy.sql.dml import Insert
 
 from dtdr_agents.store.errors import StoreError
-from dtdr_agents.store.runs import DEFAULT_URL, make_engine, store_url
-from dtdr_agents.store.schema import SessionRow, upgrade
+from dtdr_agents.store.runs import DEFAULT_URL, open_store, store_url
+from dtdr_agents.store.schema import SessionRow
 
 MAX_KEY = 256
 """The longest session key the store keeps."""
@@ -101,18 +101,8 @@ class SessionStore:
                 f"session store URL {_hidden(url)!r} is not a sqlite:/// or postgresql:// URL "
                 "(or a path of an SQLite file)"
             ) from None
-        self.where = make_url(self.url).render_as_string(hide_password=True)
-        """The URL without its password, for messages."""
-        self.engine = make_engine(self.url)
-        try:
-            with self.engine.begin() as conn:
-                self.upgraded_from, self.schema_version = upgrade(conn)
-        except OperationalError as exc:
-            self.engine.dispose()
-            raise StoreError(f"cannot open the session store {self.where}: {exc.orig}") from None
-        except StoreError:
-            self.engine.dispose()
-            raise
+        opened = open_store(self.url, "session store")
+        self.where, self.engine, self.upgraded_from, self.schema_version = opened
 
     def _run(self, what: str, work: Callable[[], T]) -> T:
         """`work()`, with a database failure reported as a StoreError naming the store."""
