@@ -8,8 +8,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import mcp_types as types
 import pytest
+from mcp import ClientSession
 
 from dtdr_agents.datasets.synthetic import make_demo_dataset
 from dtdr_agents.foundation.selection import SelectionPolicy, select
@@ -43,3 +46,20 @@ def expected(core: ToolRetriever, query: str, history: Sequence[str]) -> list[st
     """The upstream tools a session with this request and history is shown (catalogue order)."""
     sel = select(core.rank(query, tuple(history)), SelectionPolicy(k=K, threshold=0.0))
     return [n for n in core.tools_.names if n in sel.names]
+
+
+class Client:
+    """One connected MCP `ClientSession` plus the notifications it received."""
+
+    def __init__(self, session: ClientSession, notes: list[str]) -> None:
+        self.session = session
+        self.notes = notes
+
+    async def names(self) -> list[str]:
+        return [t.name for t in (await self.session.list_tools()).tools]
+
+    async def call(self, name: str, args: dict[str, Any] | None = None) -> types.CallToolResult:
+        return await self.session.call_tool(name, args or {})
+
+    def changes(self) -> int:
+        return self.notes.count("ToolListChangedNotification")

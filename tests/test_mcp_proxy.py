@@ -22,10 +22,9 @@ pytest.importorskip("mcp")
 
 import anyio
 import mcp_common
-import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
-from mcp_common import K, expected
+from mcp_common import Client, K, expected
 
 from dtdr_agents.foundation.types import Demonstration
 from dtdr_agents.retrievers.base import ToolRetriever
@@ -38,20 +37,6 @@ core = mcp_common.core
 UPSTREAM = Path(__file__).with_name("mcp_upstream_server.py")
 META = ["set_task", "search_tools"]
 BOUND = 90  # seconds: start-up of two Python processes included, under load
-
-
-class Client:
-    """A connected `ClientSession` plus the notifications it received."""
-
-    def __init__(self, session: ClientSession, notes: list[str]) -> None:
-        self.session = session
-        self.notes = notes
-
-    async def names(self) -> list[str]:
-        return [t.name for t in (await self.session.list_tools()).tools]
-
-    async def call(self, name: str, args: dict[str, Any] | None = None) -> types.CallToolResult:
-        return await self.session.call_tool(name, args or {})
 
 
 @asynccontextmanager

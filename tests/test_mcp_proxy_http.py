@@ -31,7 +31,7 @@ import mcp_common
 import mcp_types as types
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp_common import K, expected
+from mcp_common import Client, K, expected
 
 from dtdr_agents.cli import main as cli_main
 from dtdr_agents.datasets.synthetic import make_demo_dataset
@@ -114,23 +114,6 @@ def serve(
             proc.kill()
             proc.wait(10)
         server.close()
-
-
-class Client:
-    """One MCP session over streamable HTTP and the notifications it received."""
-
-    def __init__(self, session: ClientSession, notes: list[str]) -> None:
-        self.session = session
-        self.notes = notes
-
-    async def names(self) -> list[str]:
-        return [t.name for t in (await self.session.list_tools()).tools]
-
-    async def call(self, name: str, args: dict[str, Any] | None = None) -> types.CallToolResult:
-        return await self.session.call_tool(name, args or {})
-
-    def changes(self) -> int:
-        return self.notes.count("ToolListChangedNotification")
 
 
 @asynccontextmanager
