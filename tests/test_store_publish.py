@@ -9,6 +9,7 @@ import pytest
 
 from dtdr_agents.datasets.synthetic import make_demo_dataset
 from dtdr_agents.foundation.selection import SelectionPolicy
+from dtdr_agents.foundation.types import Demonstration, Toolset
 from dtdr_agents.retrievers import load_retriever, make_retriever
 from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.store import PublishError, Reloader, ReloadWarning, publish, rollback, versions
@@ -112,20 +113,28 @@ def test_keep_prunes_old_versions_and_foreign_folders_are_refused(
         publish(root, fitted[0].save, keep=0)
 
 
+def _store_of(tmp_path: Path, demos: list[Demonstration], tools: Toolset) -> tuple[Path, str]:
+    """A tools file and an SQLite run store holding `demos` (as successful runs)."""
+    import json
+
+    from dtdr_agents.store import RunRecord, RunStore
+
+    tools_file = tmp_path / "tools.json"
+    tools_file.write_text(json.dumps([t.to_dict() for t in tools]))
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    with RunStore(db) as store:
+        store.add_many(RunRecord.from_demonstration(d) for d in demos)
+    return tools_file, db
+
+
 def test_refit_publishes_from_the_store_and_rollback_moves_back(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import json
-
     from dtdr_agents.cli import main
     from dtdr_agents.store import RunRecord, RunStore
 
     data = make_demo_dataset(n=40, seed=3)
-    tools_file = tmp_path / "tools.json"
-    tools_file.write_text(json.dumps([t.to_dict() for t in data.tools]))
-    db = f"sqlite:///{tmp_path / 'runs.db'}"
-    with RunStore(db) as store:
-        store.add_many(RunRecord.from_demonstration(d) for d in data.demos[:20])
+    tools_file, db = _store_of(tmp_path, list(data.demos[:20]), data.tools)
     pub = tmp_path / "pub"
     common = ["--store", db, "--publish", str(pub), "--retriever", "dtdr-c", "--encoder", "tfidf"]
     assert main(["refit", *common]) == 2  # nothing published yet and no --tools
@@ -146,17 +155,12 @@ def test_refit_publishes_from_the_store_and_rollback_moves_back(
 def test_fit_reads_the_store_as_it_reads_a_dataset(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import json
-
     from dtdr_agents.cli import main
     from dtdr_agents.store import RunRecord, RunStore
 
     data = make_demo_dataset(n=30, seed=4)
-    tools_file = tmp_path / "tools.json"
-    tools_file.write_text(json.dumps([t.to_dict() for t in data.tools]))
-    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    tools_file, db = _store_of(tmp_path, list(data.demos[:20]), data.tools)
     with RunStore(db) as store:
-        store.add_many(RunRecord.from_demonstration(d) for d in data.demos[:20])
         store.add(RunRecord.from_demonstration(data.demos[20], outcome="failure"))
     common = ["fit", "--dataset", "store", "--path", db, "--retriever", "dtdr-c"]
     assert main([*common, "-o", str(tmp_path / "m0")]) == 2  # no catalogue
