@@ -167,7 +167,7 @@ def test_learning_curve_rows_and_plot(encoder, demo_data):
     from dtdr_agents.evaluation.report import aggregate_ablations
 
     curve = aggregate_ablations([out], same_requests=True)
-    assert curve["n_demos"]["60"]["hybrid"]["tool_mrr"] == mrr[60]["hybrid"]
+    assert curve["n_demos"]["60"]["hybrid"]["tool_mrr"] == pytest.approx(mrr[60]["hybrid"])
     report = {"dataset": "demo", "results": {}, "ablations": curve}
     fig = report_figure(report)
     try:

@@ -141,7 +141,7 @@ def test_zero_demonstrations_follow_the_history_and_stop_on_the_clauses(encoder,
 
 
 def test_zero_demonstrations_follow_a_given_tool_graph_and_save_it(encoder, tmp_path):
-    """With nothing to cross-fit, the edge from the last call ranks its consumer up; a graph
+    """With nothing to cross-fit, the edge from the last call raises its consumer; a graph
     given as a networkx-like object saves as a plain edge list and loads to the same ranks."""
     from dtdr_agents.retrievers import load_retriever
 
@@ -152,22 +152,24 @@ def test_zero_demonstrations_follow_a_given_tool_graph_and_save_it(encoder, tmp_
             Tool("translate_text", "Translate a text"),
         ]
     )
-    query = "Download https://example.org and give me a short version of the text in French"
+    query = (
+        "Download the page https://example.org, then give me a short version of the text in French"
+    )
 
     class Graph:  # networkx-like: .edges(data=True)
         def edges(self, data: bool = False):
-            return [("fetch_page", "translate_text", {"weight": 2.0})]
+            return [("fetch_page", "summarize_text", {"weight": 2.0})]
 
     plain = HybridRetriever(encoder=encoder).fit([], tools)
     given = HybridRetriever(encoder=encoder, graph=Graph()).fit([], tools)
     history = ("fetch_page",)
-    assert given.graph == [["fetch_page", "translate_text", 2.0]]
-    rank_plain = plain.rank(query, history).rank_of("translate_text")
-    rank_given = given.rank(query, history).rank_of("translate_text")
-    assert rank_given < rank_plain
-    assert given.rank(query, history).probability("translate_text") > plain.rank(
+    assert given.graph == [["fetch_page", "summarize_text", 2.0]]
+    # the tools with no edge from the last call pay for it: the consumer gains
+    assert "graph_rank" in given.rank(query, history).why("translate_text")
+    assert "graph_rank" not in plain.rank(query, history).why("translate_text")
+    assert given.rank(query, history).probability("summarize_text") > plain.rank(
         query, history
-    ).probability("translate_text")
+    ).probability("summarize_text")
     given.save(tmp_path / "m")
     loaded = load_retriever(tmp_path / "m")
     np.testing.assert_allclose(

@@ -58,16 +58,25 @@ ZERO_SHOT_SLOPE = 4.0
 sub-goal has a call, 0.12 when one is left."""
 
 
-def zero_shot_stop_probability(query: str, n_calls: int) -> float:
-    """P(stop) without demonstrations: a logistic curve in calls made minus `sub_goals` stated."""
-    gap = n_calls - len(sub_goals(query)) + 0.5
+def stop_probability(n_goals: int, n_calls: int) -> float:
+    """P(stop) without demonstrations after `n_calls` calls for a request of `n_goals` sub-goals.
+
+    A logistic curve in calls made minus sub-goals stated (`ZERO_SHOT_SLOPE`).
+    """
+    gap = n_calls - n_goals + 0.5
     return 1.0 / (1.0 + math.exp(-ZERO_SHOT_SLOPE * gap))
+
+
+def zero_shot_stop_probability(query: str, n_calls: int) -> float:
+    """P(stop) without demonstrations: `stop_probability` of the request's `sub_goals`."""
+    return stop_probability(len(sub_goals(query)), n_calls)
 
 
 __all__ = [
     "MAX_CLAUSES",
     "ZERO_SHOT_SLOPE",
     "request_clauses",
+    "stop_probability",
     "sub_goals",
     "zero_shot_stop_probability",
 ]

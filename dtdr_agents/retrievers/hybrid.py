@@ -16,9 +16,12 @@ how many demonstrations call the tool, whether it was ever demonstrated, the que
 to its DTDR-C cluster and the support of the history key. End-of-plan is a candidate with its
 own features (the chains' end probabilities, DTDR-L's, the number of calls so far).
 
-With no demonstrations the weights are a zero-shot prior (BM25 and dense similarity fused by
-rank); with few, the combiner is pulled towards that prior (a penalty on how much the weights
-change the scores), so the hybrid moves from zero-shot to learned as demonstrations arrive.
+With no demonstrations the weights are the zero-shot prior (`PRIOR_WEIGHTS`): BM25, dense
+similarity, the request's open sub-goals and the tool graph's edge from the last call, fused by
+rank, and the zero-shot stop rule for end-of-plan. That prior is the zero-shot model itself, not
+a weaker one. With few demonstrations the combiner is pulled towards it (a penalty on how much
+the weights change the scores), so the hybrid moves from zero-shot to learned as
+demonstrations arrive.
 
 Large catalogues: the step's candidates are the top tools by BM25 and by dense similarity
 (`dtdr_agents.retrievers.index.CandidateIndex`: exact up to a threshold, HNSW beyond), the chains'
@@ -47,7 +50,6 @@ from dtdr_agents.retrievers.base import Scores, ToolRetriever, softmax
 from dtdr_agents.retrievers.bm25 import BM25Retriever
 from dtdr_agents.retrievers.dtdr_c import DTDRC
 from dtdr_agents.retrievers.hybrid_combiner import (
-    _F,
     FEATURES,
     PRIOR_WEIGHTS,
     RIDGE,
@@ -64,11 +66,10 @@ from dtdr_agents.retrievers.hybrid_features import (
     L_TOP,
     CandidateSource,
     HybridFeatures,
-    _QueryState,
 )
 from dtdr_agents.retrievers.index import EXACT_LIMIT, CandidateIndex
 from dtdr_agents.retrievers.linear import DTDRL
-from dtdr_agents.retrievers.tool_graph import ToolGraph, given_edges
+from dtdr_agents.retrievers.tool_graph import given_edges
 
 MIN_CROSS_FIT = 2
 """Demonstrations the combiner needs (two folds); with fewer the hybrid scores zero-shot."""
@@ -145,7 +146,7 @@ class HybridRetriever(HybridFeatures):
 
     def _fit(self, demos: list[Demonstration], tools: Toolset) -> None:
         assert self.tool_embeddings_ is not None
-        self._graph_cache: ToolGraph | None = None
+        self._graph_cache = None
         self.bm25_ = BM25Retriever()  # needs no demonstrations: index the catalogue only
         self._restore_part(self.bm25_, tools, {"vocabulary_size": None}, {})
         t0 = time.perf_counter()
@@ -242,8 +243,6 @@ class HybridRetriever(HybridFeatures):
 
     # ------------------------------------------------------------------------------ scoring
     def _score(self, query: str, history: tuple[str, ...]) -> Scores:
-        if self.cv_.get("n_demos", 0) < MIN_CROSS_FIT:
-            return self._uncrossfitted_score(query, history)
         labels, x = self._step_features(query, history)
         s = x @ self.weights_
         p = softmax(s)
@@ -251,6 +250,20 @@ class HybridRetriever(HybridFeatures):
         n_rest = n_labels - len(labels)
         out = np.full(n_labels, REST_MASS / n_rest if n_rest else 0.0)
         out[labels] = p * (1.0 - REST_MASS) if n_rest else p
+        why = self._contribution_why(labels, x)
+        if self.cv_.get("n_demos", 0) < MIN_CROSS_FIT:
+            # the prior weights: the zero-shot model (see `PRIOR_WEIGHTS`)
+            end = float(out[labels[-1]])
+            return Scores(
+                out,
+                {
+                    "zero_shot": f"{self.cv_.get('n_demos', 0)} demonstrations: nothing to "
+                    "cross-fit",
+                    "stop": f"zero-shot stop rule p={end:.3f}",
+                    "candidates": len(labels),
+                },
+                tool_why=why,
+            )
         contrib = x[int(np.argmax(s))] * self.weights_
         top = np.argsort(-np.abs(contrib))[:3]
         explanation: dict[str, Any] = {
@@ -263,112 +276,7 @@ class HybridRetriever(HybridFeatures):
             explanation["cluster"] = qs.cluster
         if qs.source_note is not None:
             explanation["candidate_source"] = qs.source_note
-        return Scores(
-            out, explanation, tool_why=self._contribution_why(labels, x), replaces=("top_features",)
-        )
-
-    def _uncrossfitted_score(self, query: str, history: tuple[str, ...]) -> Scores:
-        """Scores with too few demonstrations to cross-fit: zero-shot rankers fused by rank.
-
-        The request's clauses are its sub-goals; each call made covers the open clause its
-        tool matches best. Each candidate tool gets ``-log(1 + rank)`` from BM25, from dense
-        similarity to the request, from its similarity to the open sub-goals and from its edge
-        in the tool graph from the last call (`_graph_rank`), summed. A
-        tool already called has spent its relevance to the request: its BM25 and dense terms
-        are the last candidate's, so only an open sub-goal can bring it back. End-of-plan gets
-        the shared zero-shot stop probability (calls made against clauses stated,
-        `dtdr_agents.foundation.clauses.zero_shot_stop_probability`), never a base rate.
-        """
-        from dtdr_agents.foundation.clauses import zero_shot_stop_probability
-
-        labels, x = self._step_features(query, history)
-        cands = labels[:-1]  # the last label is end-of-plan
-        n_c = len(cands)
-        open_sim = self._open_sub_goals(self._query_state(query), history, cands)
-        open_rank = np.empty(n_c)
-        open_rank[np.argsort(-open_sim, kind="stable")] = np.arange(n_c)
-        request = x[:n_c, _F["bm25_rank"]] + x[:n_c, _F["dense_rank"]]
-        called = x[:n_c, _F["in_history"]] > 0
-        request[called] = -2.0 * np.log1p(n_c)
-        fused = request - np.log1p(open_rank) - np.log1p(self._graph_rank(history, cands))
-        end = zero_shot_stop_probability(query, len(history))
-        n_labels = len(self.labels_)
-        n_rest = n_labels - len(labels)
-        mass = (1.0 - end) * (1.0 - REST_MASS if n_rest else 1.0)
-        out = np.full(n_labels, (1.0 - end) * REST_MASS / n_rest if n_rest else 0.0)
-        out[cands] = softmax(fused) * mass
-        out[labels[-1]] = end
-        rows = {int(label): r for r, label in enumerate(cands)}
-        end_label = int(labels[-1])
-
-        def why(i: int) -> str:
-            if i == end_label:
-                return f"zero-shot stop rule p={end:.3f}"
-            r = rows.get(i)
-            if r is None:
-                return "not among this step's candidates"
-            spent = ", already called" if called[r] else ""
-            return (
-                f"bm25_rank={x[r, _F['bm25_rank']]:+.2f}, "
-                f"dense_rank={x[r, _F['dense_rank']]:+.2f}, "
-                f"open_sub_goal_rank={int(open_rank[r]) + 1}{spent}"
-            )
-
-        explanation = {
-            "zero_shot": f"{self.cv_.get('n_demos', 0)} demonstrations: nothing to cross-fit",
-            "stop": f"zero-shot stop rule p={end:.3f}",
-            "candidates": len(labels),
-        }
-        return Scores(out, explanation, tool_why=why)
-
-    def _tool_graph(self) -> ToolGraph:
-        """The dependency graph of the zero-shot scoring (given, or derived; built once)."""
-        graph: ToolGraph | None = getattr(self, "_graph_cache", None)
-        if graph is None:
-            if self.graph is None:
-                graph = ToolGraph.from_catalogue(self.fit_tools_)
-            else:  # unknown tools: skipped with a warning
-                graph = ToolGraph.from_given(self.graph, self.fit_tools_, strict=False)
-            self._graph_cache = graph
-        return graph
-
-    def _graph_rank(self, history: tuple[str, ...], cands: np.ndarray) -> np.ndarray:
-        """Each candidate's rank by its edge from the last call (ties share; no edge: last).
-
-        Zero for every candidate when the last call has no successors (no evidence).
-        """
-        ranks = np.zeros(len(cands))
-        if not history or history[-1] not in self._label_index:
-            return ranks
-        succ = self._tool_graph().successors(history[-1])
-        if not succ:
-            return ranks
-        w = np.array([succ.get(self.labels_[int(c)], 0.0) for c in cands])
-        levels = sorted({float(v) for v in w if v > 0}, reverse=True)
-        place = {v: float(i) for i, v in enumerate(levels)}
-        return np.array([place[float(v)] if v > 0 else float(len(levels)) for v in w])
-
-    def _open_sub_goals(
-        self, qs: _QueryState, history: tuple[str, ...], cands: np.ndarray
-    ) -> np.ndarray:
-        """Each candidate's best similarity to a clause no call has covered yet (0 if none).
-
-        A call covers the open clause its tool matches best; with every clause covered, none
-        is open. Without clauses (``clauses=False``) the request is the one sub-goal.
-        """
-        assert self.tool_embeddings_ is not None
-        goals = qs.clauses if qs.clauses is not None else qs.qvec[None, :]
-        open_ = np.ones(len(goals), dtype=bool)
-        for h in history:
-            row = self._label_index.get(h, -1)
-            if not 0 <= row < len(self.fit_tools_) or not open_.any():
-                continue
-            sims = goals @ self.tool_embeddings_[row]
-            sims[~open_] = -np.inf
-            open_[int(np.argmax(sims))] = False
-        if not open_.any():
-            return np.zeros(len(cands))
-        return np.asarray((self.tool_embeddings_[cands] @ goals[open_].T).max(axis=1))
+        return Scores(out, explanation, tool_why=why, replaces=("top_features",))
 
     def _contribution_why(self, labels: np.ndarray, x: np.ndarray) -> Callable[[int], str]:
         """`Scores.tool_why`: a label's three largest feature contributions (feature x weight).

@@ -22,6 +22,10 @@ FEATURES: tuple[str, ...] = (
     "bm25_norm_unseen",
     "dense_rel_unseen",
     "log_count",
+    # zero-shot, against the calls so far
+    "spent",
+    "open_sub_goal_rank",
+    "graph_rank",
     # learned, per tool
     "chain_cluster",
     "chain_cluster_rare_key",
@@ -47,6 +51,7 @@ FEATURES: tuple[str, ...] = (
     "end_n_calls",
     "end_first_step",
     "end_knn",
+    "end_zero_shot",
 )
 """The combiner's features, in weight order (see the module docstring)."""
 
@@ -55,15 +60,22 @@ _F = {name: i for i, name in enumerate(FEATURES)}
 PRIOR_WEIGHTS: dict[str, float] = {
     "bm25_rank": 1.0,
     "dense_rank": 1.0,
-    "end": -3.0,
-    "end_n_calls": 3.0,
+    "spent": 1.0,
+    "open_sub_goal_rank": 1.0,
+    "graph_rank": 1.0,
+    "end_zero_shot": 1.0,
 }
-"""Zero-shot prior of the combiner: BM25 and dense similarity fused evenly by rank.
+"""Zero-shot prior of the combiner: the zero-shot model itself.
 
-Used as is with no demonstrations, and as the centre of the combiner's penalty otherwise.
-End-of-plan is unlikely before the first call and likelier as calls accumulate. Rank fusion
-needs no score scale, so it does not favour one of the two on catalogues where the other is
-the better zero-shot ranker (BM25 on Seal-Tools' short requests, dense on TaskBench-HF)."""
+A tool's score is the sum of its ranks' ``-log(1 + rank)`` by BM25, by dense similarity to
+the request, by similarity to the request's open sub-goals and by its edge in the tool graph
+from the last call; a tool already called loses its request ranks (`spent`). End-of-plan's
+`end_zero_shot` makes its probability the zero-shot stop rule's. Used as is with no
+demonstrations, and as the centre of the combiner's penalty otherwise, so that a few
+demonstrations move the hybrid from the zero-shot model rather than from a weaker one. Rank
+fusion needs no score scale, so it does not favour BM25 or dense similarity on catalogues
+where the other is the better zero-shot ranker (BM25 on Seal-Tools' short requests, dense on
+TaskBench-HF)."""
 
 RIDGE = 0.1
 """A plain L2 on the weights added to the combiner's pull on the scores (relative to it).

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Self
+from typing import Any, Self
 
 import numpy as np
 
-from dtdr_agents.foundation.clauses import request_clauses
+from dtdr_agents.foundation.clauses import request_clauses, stop_probability, sub_goals
 from dtdr_agents.retrievers.base import ToolRetriever, softmax
 from dtdr_agents.retrievers.bm25 import BM25Retriever
 from dtdr_agents.retrievers.dtdr_c import DTDRC
-from dtdr_agents.retrievers.hybrid_combiner import _F, FEATURES
+from dtdr_agents.retrievers.hybrid_combiner import _F, FEATURES, _prior_vector
 from dtdr_agents.retrievers.index import CandidateIndex
 from dtdr_agents.retrievers.linear import DTDRL
 from dtdr_agents.retrievers.markov import GLOBAL, UNSEEN, history_key
+from dtdr_agents.retrievers.tool_graph import ToolGraph
 
 CHAIN_EPS = 1e-3
 """Chain features are `log(1 + p / CHAIN_EPS)`: 0 for tools never seen after the key."""
@@ -59,6 +60,7 @@ class _QueryState:
     source_note: str | None = None
     neighbours: tuple[tuple[int, float], ...] = ()  # (demonstration, weight)
     clauses: np.ndarray | None = None  # (clauses, dim) embeddings of `request_clauses`
+    n_goals: int = 1  # `sub_goals` stated (the zero-shot stop rule's count)
 
 
 class HybridFeatures(ToolRetriever):
@@ -66,6 +68,7 @@ class HybridFeatures(ToolRetriever):
 
     candidates: int
     clauses: bool
+    graph: Any
     bm25_: BM25Retriever = field(init=False)
     index_: CandidateIndex = field(init=False)
     chains_: DTDRC | None = field(init=False)
@@ -77,6 +80,7 @@ class HybridFeatures(ToolRetriever):
     _chain_map: np.ndarray = field(init=False)
     _linear_map: np.ndarray = field(init=False)
     _learned_rows: np.ndarray = field(init=False)
+    _graph_cache: ToolGraph | None = field(init=False, default=None)
 
     def _learned_bm25(self, qs: _QueryState, rows: np.ndarray) -> np.ndarray:
         """Normalised BM25 of tools the learned parts added (0 for any other tool)."""
@@ -154,7 +158,18 @@ class HybridFeatures(ToolRetriever):
             else self.encoder_.encode(parts).astype(np.float32)
         )
         return _QueryState(
-            qvec, cands, zs, bm25_learned, bm_max, cos_max, cluster, far, note, neighbours, clauses
+            qvec,
+            cands,
+            zs,
+            bm25_learned,
+            bm_max,
+            cos_max,
+            cluster,
+            far,
+            note,
+            neighbours,
+            clauses,
+            len(sub_goals(query)),
         )
 
     def _knn(
@@ -340,6 +355,7 @@ class HybridFeatures(ToolRetriever):
                     self.tool_embeddings_[cands] @ self.tool_embeddings_[last]
                 )
         self._clause_features(qs, history, cands, x)
+        self._zero_shot_features(qs, history, cands, x)
         x[n_c, _F["end_n_calls"]] = np.log1p(len(history))
         x[n_c, _F["end_first_step"]] = float(not history)
         x[n_c, _F["end_knn"]] = end_vote
@@ -380,6 +396,84 @@ class HybridFeatures(ToolRetriever):
         x[:n_c, _F["clause_open"]] = (sims * (1.0 - np.clip(covered, 0.0, 1.0))).max(axis=1)
         if len(history) < sims.shape[1]:
             x[:n_c, _F["clause_next"]] = sims[:, len(history)]
+
+    def _zero_shot_features(
+        self, qs: _QueryState, history: tuple[str, ...], cands: np.ndarray, x: np.ndarray
+    ) -> None:
+        """Fill the columns of the zero-shot model against the calls so far (in place).
+
+        `open_sub_goal_rank` and `graph_rank` are ``-log(1 + rank)`` of the candidate by its
+        similarity to the open sub-goals (`_open_sub_goals`) and by its edge from the last
+        call (`_graph_rank`); each is 0 for every candidate when it has no evidence (no open
+        sub-goal, no edge from the last call). `spent` takes a called tool's request ranks
+        away (its relevance to the request is spent): only an open sub-goal or an edge brings
+        it back. `end_zero_shot` (end-of-plan's row) makes end-of-plan's probability under
+        the prior weights the zero-shot stop rule's (`stop_probability`).
+        """
+        n_c = len(cands)
+        open_sim = self._open_sub_goals(qs, history, cands)
+        if open_sim is not None:
+            rank = np.empty(n_c)
+            rank[np.argsort(-open_sim, kind="stable")] = np.arange(n_c)
+            x[:n_c, _F["open_sub_goal_rank"]] = -np.log1p(rank)
+        x[:n_c, _F["graph_rank"]] = -np.log1p(self._graph_rank(history, cands))
+        called = x[:n_c, _F["in_history"]] > 0
+        request = x[:n_c, _F["bm25_rank"]] + x[:n_c, _F["dense_rank"]]
+        x[:n_c, _F["spent"]] = np.where(called, -2.0 * np.log1p(n_c) - request, 0.0)
+        fused = x[:n_c] @ _prior_vector()
+        p_end = min(max(stop_probability(qs.n_goals, len(history)), 1e-9), 1.0 - 1e-9)
+        top = float(fused.max()) if n_c else 0.0
+        log_mass = top + float(np.log(np.exp(fused - top).sum())) if n_c else 0.0
+        x[n_c, _F["end_zero_shot"]] = float(np.log(p_end / (1.0 - p_end))) + log_mass
+
+    def _tool_graph(self) -> ToolGraph:
+        """The dependency graph of the zero-shot model (given, or derived; built once)."""
+        graph = self._graph_cache
+        if graph is None:
+            if self.graph is None:
+                graph = ToolGraph.from_catalogue(self.fit_tools_)
+            else:  # unknown tools: skipped with a warning
+                graph = ToolGraph.from_given(self.graph, self.fit_tools_, strict=False)
+            self._graph_cache = graph
+        return graph
+
+    def _graph_rank(self, history: tuple[str, ...], cands: np.ndarray) -> np.ndarray:
+        """Each candidate's rank by its edge from the last call (ties share; no edge: last).
+
+        Zero for every candidate when the last call has no successors (no evidence).
+        """
+        ranks = np.zeros(len(cands))
+        if not history or history[-1] not in self._label_index:
+            return ranks
+        succ = self._tool_graph().successors(history[-1])
+        if not succ:
+            return ranks
+        w = np.array([succ.get(self.labels_[int(c)], 0.0) for c in cands])
+        levels = sorted({float(v) for v in w if v > 0}, reverse=True)
+        place = {v: float(i) for i, v in enumerate(levels)}
+        return np.array([place[float(v)] if v > 0 else float(len(levels)) for v in w])
+
+    def _open_sub_goals(
+        self, qs: _QueryState, history: tuple[str, ...], cands: np.ndarray
+    ) -> np.ndarray | None:
+        """Each candidate's best similarity to a sub-goal no call has covered yet.
+
+        A call covers the open clause its tool matches best. None when every clause is
+        covered. Without clauses (``clauses=False``) the request is the one sub-goal.
+        """
+        assert self.tool_embeddings_ is not None
+        goals = qs.clauses if qs.clauses is not None else qs.qvec[None, :]
+        open_ = np.ones(len(goals), dtype=bool)
+        for h in history:
+            row = self._label_index.get(h, -1)
+            if not 0 <= row < len(self.fit_tools_) or not open_.any():
+                continue
+            sims = goals @ self.tool_embeddings_[row]
+            sims[~open_] = -np.inf
+            open_[int(np.argmax(sims))] = False
+        if not open_.any():
+            return None
+        return np.asarray((self.tool_embeddings_[cands] @ goals[open_].T).max(axis=1))
 
 
 __all__ = [
