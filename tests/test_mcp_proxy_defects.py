@@ -207,3 +207,20 @@ async def test_an_invalid_new_upstream_list_is_reported(tmp_path: Path) -> None:
                 await c.names()
             with pytest.raises(MCPError, match=twice):
                 await c.session.call_tool("set_task", {"request": "weather in Rome"})
+
+
+def test_an_upstream_output_schema_becomes_the_tools_outputs():
+    """The proxy ranks upstream tools as core tools whose outputs feed the tool graph."""
+    from mcp_dtdr.session import _core_tool
+
+    tool = _core_tool(
+        types.Tool(
+            name="search",
+            description="Search the docs",
+            input_schema={"type": "object", "properties": {"q": {"type": "string"}}},
+            output_schema={"type": "object", "properties": {"doc_id": {"type": "string"}}},
+        )
+    )
+    assert tool.outputs == ("doc_id",)
+    assert tool.parameters["properties"] == {"q": {"type": "string"}}
+    assert "outputs" not in tool.to_openai()["function"]

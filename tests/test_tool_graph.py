@@ -100,10 +100,20 @@ def test_seal_tools_responses_feed_parameters():
     assert "unusedTool" not in outputs
     graph = ToolGraph.from_catalogue(data.tools, outputs)
     assert graph.edges() == [("findRestaurant", "bookTable", 1.5)]
+    # the loader already put them on the tools: the catalogue alone gives the same graph
+    assert data.tools.get("findRestaurant").outputs == ("restaurant_id",)
+    assert ToolGraph.from_catalogue(data.tools).edges() == graph.edges()
     assert graph.evidence("findRestaurant", "bookTable") == [
         "param:restaurant_id",
         "param-desc:restaurant_id",
     ]
+
+
+def test_nestful_output_parameters_are_the_tools_outputs():
+    root = Path(__file__).parent / "fixtures" / "datasets" / "nestful"
+    data = load_dataset("nestful", str(root))
+    assert data.tools.get("get_stock_price").outputs == ("price",)
+    assert data.tools.get("send_sms").outputs == ()
 
 
 def test_mcp_output_schema_and_taskbench_nodes_are_read():
@@ -189,11 +199,14 @@ def test_taskbench_hf_graph_is_recovered(shared_datasets):
     data = load_dataset("taskbench", str(root))
     published = set(data.tool_graph or ())
     assert len(published) == 225
-    graph = ToolGraph.from_catalogue(data.tools, read_outputs(root / "tool_desc.json"))
-    precision, recall = _precision_recall(graph, published)
+    assert sum(1 for t in data.tools if t.outputs) == 22  # the loader reads output-type
+    precision, recall = _precision_recall(ToolGraph.from_catalogue(data.tools), published)
     assert precision >= 0.99 and recall >= 0.99  # measured: 1.0000 and 1.0000 (225 of 225)
+    bare = [Tool(t.name, t.description, t.parameters) for t in data.tools]  # outputs dropped
+    graph = ToolGraph.from_catalogue(bare, read_outputs(root / "tool_desc.json"))
+    assert set(graph.edges()) == set(ToolGraph.from_catalogue(data.tools).edges())
     # descriptions alone: few edges, but right ones (measured: 3 edges, precision 1.0)
-    bare_precision, bare_recall = _precision_recall(ToolGraph.from_catalogue(data.tools), published)
+    bare_precision, bare_recall = _precision_recall(ToolGraph.from_catalogue(bare), published)
     assert bare_precision >= 0.99 and 0.0 < bare_recall < 0.1
     given = ToolGraph.from_given(root / "graph_desc.json", data.tools)
     assert {(s, t) for s, t, _ in given.edges()} == published

@@ -134,3 +134,24 @@ def test_demo_calling_unknown_tool_is_reported():
     demo = Demonstration("q", ("a", "nope"), id="d1")
     with pytest.raises(InvalidDemonstrationError, match=r"'d1'.*calls\[1\] = 'nope'"):
         demo.check_tools(Toolset([Tool("a")]))
+
+
+def test_tool_outputs_round_trip_and_stay_out_of_the_model_schema():
+    """Declared outputs feed the tool graph and save with the tool; the model never sees them."""
+    tool = Tool.from_dict(
+        {
+            "name": "find_bus",
+            "description": "Find a bus",
+            "outputSchema": {"type": "object", "properties": {"fare": {}, "station": {}}},
+        }
+    )
+    assert tool.outputs == ("fare", "station")
+    assert tool.to_dict()["outputs"] == ["fare", "station"]
+    assert Tool.from_dict(tool.to_dict()) == tool
+    assert "outputs" not in tool.to_openai()["function"]
+    assert "outputs" not in Tool("plain").to_dict()  # old catalogues hash as before
+    assert Tool("t", outputs=["a", "a", "b"]).outputs == ("a", "b")  # type: ignore[arg-type]
+    with pytest.raises(InvalidToolError, match="'outputs' must be a list of strings"):
+        Tool("t", outputs="fare")  # type: ignore[arg-type]
+    with pytest.raises(InvalidToolError, match="'outputs' must hold non-empty strings"):
+        Tool("t", outputs=("fare", 3))  # type: ignore[arg-type]

@@ -6,7 +6,8 @@
 - ``<name>-spec.json``: a JSON array of tool specs ``{"name", "description", <arguments>,
   "output_parameters"}`` where the arguments are under ``parameters``, ``query_parameters``
   or ``arguments`` (``{arg: {"type"?, "description", "required"?, "allowed_values"?,
-  "default_value"?}}``); turned into JSON schemas.
+  "default_value"?}}``); turned into JSON schemas. The keys of ``output_parameters`` are the
+  tool's `outputs`.
 
 Dependencies. Each call has a ``label`` (``"var1"``) and a later argument ``"$var1$"`` or
 ``"$var1.field$"`` (alone or inside a longer string) takes that call's output, which is an
@@ -76,6 +77,7 @@ class Spec(RawRecord):
     parameters: Any = None
     query_parameters: Any = None
     arguments: Any = None
+    output_parameters: Any = None
 
 
 class Step(RawRecord):
@@ -196,10 +198,14 @@ def _read_spec(path: Path, catalogue: Catalogue, report: Report, raw: dict[str, 
             continue
         required = [a for a, spec in args.items() if spec.get("required") is True]
         desc = spec.description
+        outs = spec.output_parameters
         tool = {
             "name": name,
             "description": desc if isinstance(desc, str) else "",
             "parameters": object_schema(args, required),
+            "outputs": [str(k) for k in outs if str(k).strip()]
+            if isinstance(outs, Mapping)
+            else [],
         }
         if name in catalogue:
             if raw.get(name) == record:

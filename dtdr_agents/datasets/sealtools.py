@@ -103,12 +103,15 @@ def load_sealtools(
 
 
 class ToolRecord(RawRecord):
-    """One line of ``tool.jsonl`` (other fields, such as ``responses``, are not read)."""
+    """One line of ``tool.jsonl`` (other fields, such as ``field``, are not read)."""
 
     api_name: str = Field(description="the tool's name")
     api_description: Any = None
     parameters: Annotated[dict[str, dict[str, Any]], OrEmptyDict] = Field(
         default={}, description="parameter name -> {type, description}"
+    )
+    responses: Annotated[dict[str, Any], OrEmptyDict] = Field(
+        default={}, description="output name -> {type, description}"
     )
     required: Annotated[list[Any], OrEmptyList] = Field(
         default=[], description="a list of parameter names"
@@ -147,6 +150,7 @@ def read_sealtools_tools(path: Path, report: Report) -> Catalogue:
                 "name": tool.api_name,
                 "description": desc if isinstance(desc, str) else "",
                 "parameters": object_schema(tool.parameters, tool.required),
+                "outputs": [k for k in tool.responses if k.strip()],
             },
             path,
             line,

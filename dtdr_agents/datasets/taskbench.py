@@ -281,8 +281,15 @@ def _tool_from_node(node: Mapping[str, Any]) -> Tool:
                 props[p["name"]] = entry
         schema["properties"] = props
     desc = node.get("desc", node.get("description", ""))
+    kinds = node.get("output-type")
+    outputs = (
+        [k for k in kinds if isinstance(k, str) and k.strip()] if isinstance(kinds, list) else []
+    )
     return Tool(
-        name=node["id"], description=desc if isinstance(desc, str) else "", parameters=schema
+        name=node["id"],
+        description=desc if isinstance(desc, str) else "",
+        parameters=schema,
+        outputs=tuple(outputs),
     )
 
 

@@ -77,6 +77,12 @@ def _schema_of(obj: Any) -> Mapping[str, Any]:
     return dict(_EMPTY_SCHEMA)
 
 
+def output_names(schema: Any) -> tuple[str, ...]:
+    """The property names of an output JSON schema (MCP ``outputSchema``); () for anything else."""
+    props = schema.get("properties") if isinstance(schema, Mapping) else None
+    return tuple(str(k) for k in props) if isinstance(props, Mapping) else ()
+
+
 @dataclass(frozen=True)
 class Tool:
     """One tool of a catalogue.
@@ -85,11 +91,16 @@ class Tool:
         name: Unique name the model calls the tool by.
         description: What the tool does, in natural language.
         parameters: JSON schema (an object schema) of the tool's arguments.
+        outputs: Names or types of what the tool returns, where the catalogue declares them
+            (TaskBench ``output-type``, Seal-Tools ``responses``, an MCP ``outputSchema``'s
+            properties). The tool dependency graph links a tool to the ones whose parameters
+            take them; the model never sees them (`to_openai` leaves them out).
     """
 
     name: str
     description: str = ""
     parameters: Mapping[str, Any] = field(default_factory=lambda: dict(_EMPTY_SCHEMA))
+    outputs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -110,13 +121,26 @@ class Tool:
                 f"tool {self.name!r}: field 'parameters' must be a JSON-schema object, "
                 f"got {type(self.parameters).__name__}"
             )
+        outputs: Any = self.outputs  # a list or any other sequence is accepted too
+        if isinstance(outputs, str) or not isinstance(outputs, Sequence):
+            raise InvalidToolError(
+                f"tool {self.name!r}: field 'outputs' must be a list of strings, "
+                f"got {type(outputs).__name__}"
+            )
+        bad = [o for o in outputs if not isinstance(o, str) or not o.strip()]
+        if bad:
+            raise InvalidToolError(
+                f"tool {self.name!r}: field 'outputs' must hold non-empty strings, got {bad[0]!r}"
+            )
+        object.__setattr__(self, "outputs", tuple(dict.fromkeys(outputs)))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Tool:
         """Build a tool from a plain dict or an OpenAI tool / function schema.
 
-        Accepts `{"name", "description", "parameters"}`, the OpenAI tool form
-        `{"type": "function", "function": {...}}`, and `input_schema` for `parameters`.
+        Accepts `{"name", "description", "parameters", "outputs"}`, the OpenAI tool form
+        `{"type": "function", "function": {...}}`, `input_schema` for `parameters`, and an
+        `output_schema` (or MCP `outputSchema`) whose property names are the `outputs`.
         """
         if not isinstance(data, Mapping):
             raise InvalidToolError(f"a tool must be a mapping, got {type(data).__name__}")
@@ -125,10 +149,14 @@ class Tool:
         if "name" not in data:
             raise InvalidToolError(f"tool is missing the field 'name': {dict(data)!r:.200}")
         params = data.get("parameters", data.get("input_schema"))
+        outputs = data.get("outputs")
+        if outputs is None:
+            outputs = output_names(data.get("output_schema", data.get("outputSchema")))
         return cls(
             name=data["name"],
             description=data.get("description") or "",
             parameters=dict(params) if isinstance(params, Mapping) else dict(_EMPTY_SCHEMA),
+            outputs=outputs,
         )
 
     @classmethod
@@ -162,16 +190,26 @@ class Tool:
         return f"{self.name}: {self.description}" if self.description else self.name
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form (`name`, `description`, `parameters`)."""
-        return {
+        """Plain-JSON form (`name`, `description`, `parameters`, and `outputs` if any)."""
+        out: dict[str, Any] = {
             "name": self.name,
             "description": self.description,
             "parameters": dict(self.parameters),
         }
+        if self.outputs:
+            out["outputs"] = list(self.outputs)
+        return out
 
     def to_openai(self) -> dict[str, Any]:
-        """The OpenAI chat-completions tool schema."""
-        return {"type": "function", "function": self.to_dict()}
+        """The OpenAI chat-completions tool schema (what the model sees: no `outputs`)."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.parameters),
+            },
+        }
 
 
 class Toolset(Sequence[Tool]):

@@ -15,8 +15,9 @@ once, whatever the number of matches):
 An output term found in more than `MAX_TERM_SHARE` of the parameter descriptions (or of the
 tool descriptions) is no evidence there: a template such as "a file name or text" would link
 everything. Derived graphs have no self-loops (a tool feeding itself is no dependency); given
-graphs keep whatever they say. Tools declare outputs only outside `Tool` (TaskBench
-``output-type``, Seal-Tools ``responses``, MCP ``outputSchema``): `read_outputs` reads them.
+graphs keep whatever they say. Outputs are `Tool.outputs` (the TaskBench, Seal-Tools and MCP
+loaders fill them from ``output-type``, ``responses`` and ``outputSchema``); `read_outputs`
+reads them from such files for tools built without them.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from dtdr_agents.foundation.errors import UnknownToolError
-from dtdr_agents.foundation.types import Tool, Toolset
+from dtdr_agents.foundation.types import Tool, Toolset, output_names
 
 WEIGHTS: Mapping[str, float] = {
     "param": 1.0,
@@ -170,15 +171,16 @@ class ToolGraph:
         """Derive the graph from the catalogue's schemas and descriptions (no demonstrations).
 
         Args:
-            tools: The catalogue.
-            outputs: Tool name -> its declared output names or types (`read_outputs`);
-                names not in the catalogue are ignored. Without outputs, only
-                descriptions naming other tools give edges.
+            tools: The catalogue; each tool's `Tool.outputs` are its declared outputs.
+            outputs: More declared outputs: tool name -> output names or types
+                (`read_outputs`); names not in the catalogue are ignored. Without any
+                outputs, only descriptions naming other tools give edges.
         """
         toolset = _as_toolset(tools)
         graph = cls(toolset.names)
         produced: dict[str, set[str]] = defaultdict(set)  # output term -> producers
-        for name, outs in (outputs or {}).items():
+        declared = [(t.name, t.outputs) for t in toolset if t.outputs]
+        for name, outs in [*declared, *(outputs or {}).items()]:
             if name in graph._known:
                 for out in outs:
                     term = norm(out)
@@ -421,9 +423,7 @@ def read_outputs(source: Any) -> dict[str, tuple[str, ...]]:
             found += [str(k) for k in responses]
         elif isinstance(responses, list):
             found += [str(k) for k in responses if isinstance(k, str)]
-        schema = item.get("outputSchema")
-        if isinstance(schema, Mapping) and isinstance(schema.get("properties"), Mapping):
-            found += [str(k) for k in schema["properties"]]
+        found += output_names(item.get("outputSchema"))
         if found:
             out[name] = tuple(dict.fromkeys(found))
     return out

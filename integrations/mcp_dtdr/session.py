@@ -15,7 +15,7 @@ import anyio
 import mcp_types as types
 
 from dtdr_agents.foundation.selection import SelectionPolicy, select
-from dtdr_agents.foundation.types import Tool, Toolset
+from dtdr_agents.foundation.types import Tool, Toolset, output_names
 from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.runtime import (
     DEFAULT_POLICY,
@@ -114,7 +114,12 @@ def _required_text(value: Any, tool: str, field: str, what: str = "") -> str:
 
 
 def _core_tool(tool: types.Tool) -> Tool:
-    return Tool(name=tool.name, description=tool.description or "", parameters=tool.input_schema)
+    return Tool(
+        name=tool.name,
+        description=tool.description or "",
+        parameters=tool.input_schema,
+        outputs=output_names(tool.output_schema),
+    )
 
 
 @dataclass(frozen=True)
