@@ -10,6 +10,7 @@ import pytest
 
 from dtdr_agents import END_OF_PLAN
 from dtdr_agents.cli import main
+from dtdr_agents.datasets import load_dataset
 from dtdr_agents.datasets.synthetic import make_demo_dataset
 from dtdr_agents.evaluation.stop_rule import StopRule
 from dtdr_agents.foundation.encoders import get_encoder
@@ -116,8 +117,8 @@ def test_zero_shot_stop_rule_follows_the_clauses():
     assert rule.probability(query, ("a", "b", "c")) > rule.probability(query, ("a", "b"))
 
 
-def _bench(tmp_path: Path, n: int, retrievers: str) -> dict:
-    out = tmp_path / f"r{n}.json"
+def _bench(tmp_path: Path, n: int, retrievers: str, *extra: str) -> dict:
+    out = tmp_path / f"r{n}{''.join(extra)}.json"
     code = main(
         [
             "bench",
@@ -135,6 +136,7 @@ def _bench(tmp_path: Path, n: int, retrievers: str) -> dict:
             "-q",
             "--json",
             str(out),
+            *extra,
         ]
     )
     assert code == 0
@@ -152,6 +154,16 @@ def test_bench_n_demos(tmp_path):
     two = _bench(tmp_path, 2, "dtdr-c")
     assert two["n_demos"] == 2 and two["n_train"] == 2
     assert two["n_test"] == zero["n_test"]
+
+
+def test_bench_records_the_hybrids_tool_graph(tmp_path):
+    """TaskBench publishes a graph: bench gives it to the hybrid unless told to derive one."""
+    published = len(load_dataset("taskbench", str(TINY)).tool_graph or ())
+    given = _bench(tmp_path, 0, "hybrid")
+    assert given["tool_graph"] == f"dataset ({published} published edges)"
+    derived = _bench(tmp_path, 0, "hybrid", "--tool-graph", "derived")
+    assert derived["tool_graph"].startswith("derived from the catalogue (--tool-graph derived)")
+    assert derived["results"]["hybrid"]["n_steps"] == given["results"]["hybrid"]["n_steps"]
 
 
 def test_bench_n_demos_rejects_a_negative_count(tmp_path, capsys):

@@ -57,6 +57,32 @@ def first_demos(train: Dataset, test: Dataset, n: int | None) -> tuple[Dataset, 
     return dataclasses.replace(train, demos=list(train.demos)[:n]), test
 
 
+TOOL_GRAPHS = ("dataset", "derived")
+"""`bench --tool-graph`: the dataset's published graph where it has one, or always derived."""
+
+
+def bench_split(args: argparse.Namespace) -> tuple[Dataset, Dataset]:
+    """The bench's (demonstrations, test), `--n-demos` applied.
+
+    Under `--tool-graph derived` the dataset's published graph is dropped, so the hybrid
+    derives its own from the catalogue.
+    """
+    train, test = first_demos(*load_split(args), args.n_demos)
+    if args.tool_graph == "derived":
+        train = dataclasses.replace(train, tool_graph=None)
+        test = dataclasses.replace(test, tool_graph=None)
+    return train, test
+
+
+def tool_graph_note(args: argparse.Namespace, train: Dataset) -> str:
+    """What the report records as the hybrid's tool graph."""
+    if train.tool_graph:
+        return f"dataset ({len(train.tool_graph)} published edges)"
+    if args.tool_graph == "derived":
+        return "derived from the catalogue (--tool-graph derived)"
+    return "derived from the catalogue (the dataset publishes none)"
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the comparison over the seeds and print/write the results."""
     t_start = time.perf_counter()
@@ -69,7 +95,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         )
     seeds = seed_list(args)
     origin = provenance(seeds, getattr(args, "argv", None))  # the code that runs is this commit
-    train, test = first_demos(*load_split(args), args.n_demos)
+    train, test = bench_split(args)
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
     encoder = get_encoder(args.encoder, cache_dir=cache_dir)
     chat = None
@@ -97,9 +123,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     def load(seed: int) -> tuple[Dataset, Dataset]:
         if seed not in loaded:
-            loaded[seed] = first_demos(
-                *load_split(argparse.Namespace(**{**vars(args), "seed": seed})), args.n_demos
-            )
+            loaded[seed] = bench_split(argparse.Namespace(**{**vars(args), "seed": seed}))
         return loaded.pop(seed)
 
     run = run_seeded(
@@ -113,7 +137,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         context={"planner": planning.planner} if planning.planner is not None else None,
     )
     uses_planner = any(rid.split(":")[0] == "toolqp" for rid in ids)
-    extra: dict[str, Any] = {"n_demos": len(train.demos), "skipped": run.skipped}
+    extra: dict[str, Any] = {
+        "n_demos": len(train.demos),
+        "tool_graph": tool_graph_note(args, train),
+        "skipped": run.skipped,
+    }
     if uses_planner:
         extra["planner"] = planning.to_json()
     if run.ablations:
@@ -226,6 +254,14 @@ def add_commands(sub: Any) -> None:
         metavar="N",
         help="fit on the first N demonstrations of the training split (0: zero-shot, every "
         "retriever fits on none); the test split is unchanged (default: all)",
+    )
+    bench.add_argument(
+        "--tool-graph",
+        choices=TOOL_GRAPHS,
+        default="dataset",
+        help="the hybrid's tool graph: the dataset's published one where it has one "
+        "(TaskBench's graph_desc.json), or 'derived' from the catalogue's schemas and "
+        "descriptions as for a user without one (default dataset)",
     )
     bench.add_argument(
         "--seeds",

@@ -175,10 +175,11 @@ def _learning_curve(
 
     n = len(demos)
     order = np.random.default_rng(seed).permutation(n)  # nested samples: 10 within 50 within ...
+    graph = [list(edge) for edge in test.tool_graph] if test.tool_graph else None  # as bench's
     for size in sorted({s for s in (*LEARNING_CURVE_SIZES, n) if s <= n}):
         sub = [demos[i] for i in sorted(order[:size])]  # in file order
         row: dict[str, EvalResult] = {
-            "hybrid": _score(HybridRetriever(encoder=encoder, seed=seed), sub, test)
+            "hybrid": _score(HybridRetriever(encoder=encoder, seed=seed, graph=graph), sub, test)
         }
         # the others fit on none too (query-only natively, learned ones in their zero-shot
         # state), but at 0 the curve keeps to hybrid, as the published curves do;
