@@ -372,3 +372,28 @@ def test_clause_features_can_be_turned_off_and_stay_off_after_load(encoder, tmp_
     assert not loaded._step_features(query, ())[1][:, cols].any()
     on = HybridRetriever(encoder=encoder).fit([], tools)
     assert on._step_features(query, ())[1][:, cols].any()
+
+
+def test_tools_added_after_fit_get_graph_edges_from_their_schemas(encoder):
+    """A tool added by `set_tools` whose parameter takes the last call's output is raised."""
+    doc_id = {"type": "object", "properties": {"doc_id": {"type": "string"}}}
+    url = {"type": "object", "properties": {"url": {"type": "string"}}}
+    tools = [
+        Tool("search_docs", "Search the document store", outputs=("doc_id",)),
+        Tool("summarize_text", "Summarize a text"),
+    ]
+    model = HybridRetriever(encoder=encoder).fit([], tools)
+    query = "Search the store for the contract, then fetch its text"
+    added = [
+        Tool("fetch_page", "Fetch the text of a web page", url),
+        Tool("fetch_doc", "Fetch the text of a document", doc_id),
+    ]
+    model.set_tools([*tools, *added])
+    before = model.rank(query, ())
+    after = model.rank(query, ("search_docs",))
+    ratio_before = before.probability("fetch_doc") / before.probability("fetch_page")
+    ratio_after = after.probability("fetch_doc") / after.probability("fetch_page")
+    assert ratio_after == pytest.approx(2.0 * ratio_before)  # fetch_page: 1 / (1 + rank 1)
+    assert model._tool_graph().evidence("search_docs", "fetch_doc") == ["param:doc_id"]
+    model.set_tools(tools)  # removed again: the graph follows the catalogue
+    assert not model._tool_graph().has("fetch_doc")

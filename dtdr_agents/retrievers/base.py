@@ -390,7 +390,7 @@ class ToolRetriever(ABC):
                     f"for {len(self._names)} current labels"
                 )
         else:
-            probs, notes = self._to_catalogue(query, scores.probabilities)
+            probs, notes = self._to_catalogue(query, scores.probabilities, hist)
         if not np.isfinite(probs).all() or (probs < 0).any():
             raise RuntimeError(
                 f"{type(self).__name__}.rank: the probabilities for this request are not "
@@ -490,8 +490,20 @@ class ToolRetriever(ABC):
         """How many tools `recommend` returns for `query`; None uses the default policy."""
         return None
 
+    def _new_tool_prior(self, query: str, history: tuple[str, ...]) -> np.ndarray:
+        """The prior of the tools added after fit, over the current tools (sums to at most 1).
+
+        A softmax of their description's cosine similarity to the request (uniform without
+        an encoder); `prior_weight` scales it against the fitted scores.
+        """
+        if self._current_embeddings is not None:
+            sims = self._current_embeddings @ self._query_vector(query)
+            prior: np.ndarray = softmax(sims / PRIOR_TEMPERATURE)
+            return prior
+        return np.full(len(self._names) - 1, 1.0 / (len(self._names) - 1))
+
     def _to_catalogue(
-        self, query: str, label_probs: np.ndarray
+        self, query: str, label_probs: np.ndarray, history: tuple[str, ...] = ()
     ) -> tuple[np.ndarray, dict[str, str]]:
         """Map probabilities over `labels_` to the current catalogue (+ END)."""
         known = ~self._new_mask
@@ -499,11 +511,7 @@ class ToolRetriever(ABC):
         out[known] = label_probs[self._label_of[known]]
         notes: dict[str, str] = {}
         if self._new_mask.any():
-            if self._current_embeddings is not None:
-                sims = self._current_embeddings @ self._query_vector(query)
-                prior = softmax(sims / PRIOR_TEMPERATURE)
-            else:
-                prior = np.full(len(self._names) - 1, 1.0 / (len(self._names) - 1))
+            prior = self._new_tool_prior(query, history)
             new = np.flatnonzero(self._new_mask[:-1])
             out[new] = self.prior_weight * prior[new]
         total = out.sum()

@@ -36,8 +36,8 @@ features are `dtdr_agents.retrievers.hybrid_features`. This module re-exports th
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -277,6 +277,26 @@ class HybridRetriever(HybridFeatures):
         if qs.source_note is not None:
             explanation["candidate_source"] = qs.source_note
         return Scores(out, explanation, tool_why=why, replaces=("top_features",))
+
+    def set_tools(self, tools: Toolset | Iterable[Any]) -> Self:
+        """Change the catalogue after fit (see `ToolRetriever.set_tools`).
+
+        The tool graph is rebuilt over the new catalogue, so added tools get their edges from
+        their schemas (or the given graph) at once.
+        """
+        super().set_tools(tools)
+        self._graph_cache = None
+        return self
+
+    def _new_tool_prior(self, query: str, history: tuple[str, ...]) -> np.ndarray:
+        """The prior of tools added after fit, with the zero-shot model's graph term.
+
+        The query-similarity prior times ``1 / (1 + rank)`` of the tool's edge from the last
+        call (`_graph_ranks` over the current catalogue).
+        """
+        prior = super()._new_tool_prior(query, history)
+        ranks = self._graph_ranks(history, self._names[:-1])
+        return np.asarray(prior / (1.0 + ranks))
 
     def _contribution_why(self, labels: np.ndarray, x: np.ndarray) -> Callable[[int], str]:
         """`Scores.tool_why`: a label's three largest feature contributions (feature x weight).

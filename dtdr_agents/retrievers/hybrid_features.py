@@ -427,31 +427,41 @@ class HybridFeatures(ToolRetriever):
         x[n_c, _F["end_zero_shot"]] = float(np.log(p_end / (1.0 - p_end))) + log_mass
 
     def _tool_graph(self) -> ToolGraph:
-        """The dependency graph of the zero-shot model (given, or derived; built once)."""
+        """The dependency graph over the current catalogue (given, or derived; built once).
+
+        Over the current catalogue, not the fit one: tools added after fit (`set_tools`, which
+        drops this graph) get their edges from their schemas at once.
+        """
         graph = self._graph_cache
         if graph is None:
+            tools = getattr(self, "tools_", self.fit_tools_)
             if self.graph is None:
-                graph = ToolGraph.from_catalogue(self.fit_tools_)
+                graph = ToolGraph.from_catalogue(tools)
             else:  # unknown tools: skipped with a warning
-                graph = ToolGraph.from_given(self.graph, self.fit_tools_, strict=False)
+                graph = ToolGraph.from_given(self.graph, tools, strict=False)
             self._graph_cache = graph
         return graph
 
-    def _graph_rank(self, history: tuple[str, ...], cands: np.ndarray) -> np.ndarray:
-        """Each candidate's rank by its edge from the last call (ties share; no edge: last).
+    def _graph_ranks(self, history: tuple[str, ...], names: Sequence[str]) -> np.ndarray:
+        """Each named tool's rank by its edge from the last call (ties share; no edge: last).
 
-        Zero for every candidate when the last call has no successors (no evidence).
+        Zero for every tool when the last call has no successors (no evidence).
         """
-        ranks = np.zeros(len(cands))
-        if not history or history[-1] not in self._label_index:
+        ranks = np.zeros(len(names))
+        graph = self._tool_graph()
+        if not history or not graph.has(history[-1]):
             return ranks
-        succ = self._tool_graph().successors(history[-1])
+        succ = graph.successors(history[-1])
         if not succ:
             return ranks
-        w = np.array([succ.get(self.labels_[int(c)], 0.0) for c in cands])
+        w = np.array([succ.get(n, 0.0) for n in names])
         levels = sorted({float(v) for v in w if v > 0}, reverse=True)
         place = {v: float(i) for i, v in enumerate(levels)}
         return np.array([place[float(v)] if v > 0 else float(len(levels)) for v in w])
+
+    def _graph_rank(self, history: tuple[str, ...], cands: np.ndarray) -> np.ndarray:
+        """`_graph_ranks` of a step's candidates (label rows)."""
+        return self._graph_ranks(history, [self.labels_[int(c)] for c in cands])
 
     def _open_sub_goals(
         self, qs: _QueryState, history: tuple[str, ...], cands: np.ndarray

@@ -264,6 +264,10 @@ class ToolGraph:
         return out
 
     # ------------------------------------------------------------------------- reading
+    def has(self, name: str) -> bool:
+        """Whether `name` is a tool of this graph's catalogue."""
+        return name in self._known
+
     def successors(self, name: str) -> dict[str, float]:
         """The tools that can take what `name` produced, with their edge weights."""
         self._check(name)
