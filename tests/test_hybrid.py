@@ -397,3 +397,24 @@ def test_tools_added_after_fit_get_graph_edges_from_their_schemas(encoder):
     assert model._tool_graph().evidence("search_docs", "fetch_doc") == ["param:doc_id"]
     model.set_tools(tools)  # removed again: the graph follows the catalogue
     assert not model._tool_graph().has("fetch_doc")
+
+
+def test_the_prior_is_the_zero_shot_model_and_a_strong_pull_keeps_to_it(
+    encoder, demo_data, demo_split
+):
+    """With no demonstrations the weights are `PRIOR_WEIGHTS`; pulled hard towards them, a
+    fit on a few demonstrations ranks as the zero-shot model does."""
+    train, test = demo_split
+    zero = HybridRetriever(encoder=encoder).fit([], demo_data.tools)
+    assert zero.mix() == {f: hybrid.PRIOR_WEIGHTS.get(f, 0.0) for f in FEATURES}
+    held = HybridRetriever(encoder=encoder, l2=1e6).fit(train[:10], demo_data.tools)
+    assert max(abs(w - hybrid.PRIOR_WEIGHTS.get(f, 0.0)) for f, w in held.mix().items()) < 0.05
+    free = HybridRetriever(encoder=encoder).fit(train[:10], demo_data.tools)
+    steps = [(d.query, tuple(d.calls[:i])) for d in test[:40] for i in range(len(d.calls) + 1)]
+
+    def agree(model: HybridRetriever) -> float:
+        same = [zero.rank(q, h).top(1)[0].name == model.rank(q, h).top(1)[0].name for q, h in steps]
+        return sum(same) / len(same)
+
+    assert agree(held) >= 0.9  # measured 0.994 (and 0.497 with the default pull)
+    assert agree(free) < agree(held)  # the default pull lets 10 demonstrations teach
