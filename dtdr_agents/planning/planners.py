@@ -14,8 +14,11 @@ its base retriever's single-shot ranking and says so.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable, Generator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -238,6 +241,33 @@ class ClausePlanner:
         return self.plan(request, search)
 
 
+def plan_within(planner: Planner, request: str, search: SearchFn, timeout: float | None) -> Plan:
+    """`planner.plan(request, search)`, bounded by `timeout` seconds (None: unbounded).
+
+    Raises:
+        TimeoutError: Planning took longer (the planner's thread is left to finish).
+    """
+    if timeout is None or isinstance(planner, ReplayPlanner):
+        return planner.plan(request, search)
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planner")
+    try:
+        return pool.submit(planner.plan, request, search).result(timeout)
+    except FutureTimeout:
+        raise TimeoutError(f"planning took longer than {timeout} s") from None
+    finally:
+        pool.shutdown(wait=False)
+
+
+async def aplan_within(
+    planner: Planner, request: str, search: SearchFn, timeout: float | None
+) -> Plan:
+    """Async `plan_within`: `planner.aplan`, bounded by `timeout` seconds."""
+    try:
+        return await asyncio.wait_for(planner.aplan(request, search), timeout)
+    except TimeoutError:
+        raise TimeoutError(f"planning took longer than {timeout} s") from None
+
+
 __all__ = [
     "FEEDBACK_K",
     "MAX_TURNS",
@@ -246,4 +276,6 @@ __all__ = [
     "Planner",
     "ReplayPlanner",
     "SearchFn",
+    "aplan_within",
+    "plan_within",
 ]

@@ -46,6 +46,7 @@ from dtdr_agents.foundation.clauses import request_clauses
 from dtdr_agents.foundation.encoders import Encoder
 from dtdr_agents.foundation.errors import ModelLoadError
 from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Toolset
+from dtdr_agents.planning.planners import Planner
 from dtdr_agents.retrievers.base import Scores, ToolRetriever, softmax
 from dtdr_agents.retrievers.bm25 import BM25Retriever
 from dtdr_agents.retrievers.dtdr_c import DTDRC
@@ -108,8 +109,15 @@ class HybridRetriever(HybridFeatures):
             `dtdr_agents.retrievers.tool_graph.ToolGraph.from_given`; tools outside the catalogue
             are skipped with a warning), kept as a plain edge list (`given_edges`) so that it
             saves with the model. None: the graph derived from the catalogue's schemas and
-            descriptions (`ToolGraph.from_catalogue`). Ignored once the combiner is
-            cross-fitted.
+            descriptions (`ToolGraph.from_catalogue`).
+        goal_planner: A ToolQP planner (`dtdr_agents.planning.ChatPlanner` over the agent's own
+            chat model, or a `ReplayPlanner` of recorded plans) whose sub-goals replace the
+            request's clauses as its sub-goals: one plan per request (kept, and planned
+            ahead by `aprepare`), never one per step. A failing planner (an error, a
+            time-out, a plan with no sub-goal) is logged and the clauses are used. Not
+            saved (pass it again after `load`, or `set_params(goal_planner=...)`); not used by
+            `fit`, whose cross-fitting scores the demonstrations by their clauses.
+        goal_planner_timeout: Bound in seconds on planning one request (None: unbounded).
     """
 
     retriever_id: ClassVar[str] = "hybrid"
@@ -126,6 +134,10 @@ class HybridRetriever(HybridFeatures):
     clauses: bool = True
     seed: int = 0
     graph: Any = None
+    goal_planner: Planner | None = None
+    goal_planner_timeout: float | None = 30.0
+
+    runtime_params: ClassVar[tuple[str, ...]] = ("goal_planner",)
 
     def __post_init__(self) -> None:
         if self.graph is not None:
@@ -143,8 +155,18 @@ class HybridRetriever(HybridFeatures):
         check_number(self.candidates, "candidates", low=1, integer=True)
         check_number(self.l2, "l2", low=0.0)
         check_number(self.exact_limit, "exact_limit", low=0, integer=True, optional=True)
+        check_number(self.goal_planner_timeout, "goal_planner_timeout", low=0.0, optional=True)
 
     def _fit(self, demos: list[Demonstration], tools: Toolset) -> None:
+        # the cross-fitting scores the demonstrations by their clauses: no planner calls
+        planner, self.goal_planner = self.goal_planner, None
+        try:
+            self._fit_hybrid(demos, tools)
+        finally:
+            self.goal_planner = planner
+            self._plans = None
+
+    def _fit_hybrid(self, demos: list[Demonstration], tools: Toolset) -> None:
         assert self.tool_embeddings_ is not None
         self._graph_cache = None
         self.bm25_ = BM25Retriever()  # needs no demonstrations: index the catalogue only
@@ -261,6 +283,7 @@ class HybridRetriever(HybridFeatures):
                     "cross-fit",
                     "stop": f"zero-shot stop rule p={end:.3f}",
                     "candidates": len(labels),
+                    "sub_goals": self._query_state(query).goals_from,
                 },
                 tool_why=why,
             )
@@ -272,11 +295,24 @@ class HybridRetriever(HybridFeatures):
             "top_features": [FEATURES[int(i)] for i in top if contrib[int(i)] != 0.0],
         }
         qs = self._query_state(query)
+        explanation["sub_goals"] = qs.goals_from
         if self.chains_ is not None:
             explanation["cluster"] = qs.cluster
         if qs.source_note is not None:
             explanation["candidate_source"] = qs.source_note
         return Scores(out, explanation, tool_why=why, replaces=("top_features",))
+
+    def set_params(self, **params: Any) -> Self:
+        """Set constructor arguments (e.g. `goal_planner` after `load`); plans are dropped."""
+        super().set_params(**params)
+        self._plans = None
+        self._memo_store = None
+        return self
+
+    async def aprepare(self, query: str) -> None:
+        """Plan `query`'s sub-goals with the planner's async path (a no-op without one)."""
+        await self._aplan_sub_goals(query)
+        await super().aprepare(query)
 
     def set_tools(self, tools: Toolset | Iterable[Any]) -> Self:
         """Change the catalogue after fit (see `ToolRetriever.set_tools`).

@@ -7,13 +7,21 @@ parts' chains and DTDR-L, the nearest demonstrations' plans and the request's cl
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
 import numpy as np
+from cachetools import LRUCache
 
-from dtdr_agents.foundation.clauses import request_clauses, stop_probability, sub_goals
+from dtdr_agents.foundation.clauses import (
+    MAX_CLAUSES,
+    request_clauses,
+    stop_probability,
+    sub_goals,
+)
+from dtdr_agents.planning.planners import Planner, aplan_within, plan_within
 from dtdr_agents.retrievers.base import ToolRetriever, softmax
 from dtdr_agents.retrievers.bm25 import BM25Retriever
 from dtdr_agents.retrievers.dtdr_c import DTDRC
@@ -38,6 +46,14 @@ KNN = 10
 KNN_TEMPERATURE = 0.05
 """Softmax temperature of the neighbours' weights over their cosine similarities."""
 
+PLAN_SEARCH_K = 5
+"""Tools a planner sees for each of its functional queries (its feedback)."""
+
+PLANS_KEPT = 4096
+"""Requests whose planned sub-goals are kept (least recently used dropped first)."""
+
+logger = logging.getLogger(__name__)
+
 
 CandidateSource = Callable[[str, int], Sequence[tuple[str, float]]]
 """An external candidate stage: (query, k) -> up to k (tool name, similarity), best first.
@@ -59,8 +75,9 @@ class _QueryState:
     cluster_far: float
     source_note: str | None = None
     neighbours: tuple[tuple[int, float], ...] = ()  # (demonstration, weight)
-    clauses: np.ndarray | None = None  # (clauses, dim) embeddings of `request_clauses`
-    n_goals: int = 1  # `sub_goals` stated (the zero-shot stop rule's count)
+    clauses: np.ndarray | None = None  # (sub-goals, dim): `request_clauses` or the plan's
+    n_goals: int = 1  # sub-goals stated (the zero-shot stop rule's count)
+    goals_from: str = "clauses"  # "planner", or "clauses" (and why, when the planner failed)
 
 
 class HybridFeatures(ToolRetriever):
@@ -69,6 +86,8 @@ class HybridFeatures(ToolRetriever):
     candidates: int
     clauses: bool
     graph: Any
+    goal_planner: Planner | None
+    goal_planner_timeout: float | None
     bm25_: BM25Retriever = field(init=False)
     index_: CandidateIndex = field(init=False)
     chains_: DTDRC | None = field(init=False)
@@ -81,6 +100,9 @@ class HybridFeatures(ToolRetriever):
     _linear_map: np.ndarray = field(init=False)
     _learned_rows: np.ndarray = field(init=False)
     _graph_cache: ToolGraph | None = field(init=False, default=None)
+    _plans: LRUCache[str, tuple[tuple[str, ...] | None, str]] | None = field(
+        init=False, default=None
+    )
 
     def _learned_bm25(self, qs: _QueryState, rows: np.ndarray) -> np.ndarray:
         """Normalised BM25 of tools the learned parts added (0 for any other tool)."""
@@ -148,7 +170,13 @@ class HybridFeatures(ToolRetriever):
         # Only the learned parts add tools to a step beyond these candidates, so only their
         # tools' BM25 scores are kept: not a catalogue-sized vector per remembered request.
         bm25_learned = bm25[self._learned_rows]
-        parts = request_clauses(query) if self.clauses else []
+        planned, goals_from = self._planned_sub_goals(query)
+        if planned is not None:
+            parts: list[str] = list(planned)
+            n_goals = len(planned)
+        else:
+            parts = request_clauses(query) if self.clauses else []
+            n_goals = len(sub_goals(query))
         assert self.encoder_ is not None
         clauses = (
             None
@@ -169,8 +197,70 @@ class HybridFeatures(ToolRetriever):
             note,
             neighbours,
             clauses,
-            len(sub_goals(query)),
+            n_goals,
+            goals_from,
         )
+
+    # --------------------------------------------------------------------- planned sub-goals
+    def _plan_cache(self) -> LRUCache[str, tuple[tuple[str, ...] | None, str]]:
+        if self._plans is None:
+            self._plans = LRUCache(maxsize=PLANS_KEPT)
+        return self._plans
+
+    def _plan_search(self, functional_query: str) -> list[tuple[str, str]]:
+        """A planner's feedback: the tools most similar to its functional query."""
+        assert self.encoder_ is not None and self.tool_embeddings_ is not None
+        sims = self.tool_embeddings_ @ self.encoder_.encode([functional_query])[0]
+        top = np.argsort(-sims, kind="stable")[:PLAN_SEARCH_K]
+        tools = self.fit_tools_
+        return [(tools[int(i)].name, tools[int(i)].description[:200]) for i in top]
+
+    def _keep_plan(self, query: str, plan: Any, error: Exception | None) -> None:
+        goals = tuple(g.strip() for g in (plan.sub_goals if plan else ()) if g.strip())
+        if error is None and not goals:
+            error = ValueError("the plan names no sub-goal")
+        if error is not None:
+            why = f"{type(error).__name__}: {error}"
+            logger.warning(
+                "hybrid: the planner failed on a request (%s); its clauses are the sub-goals",
+                why,
+            )
+            self._plan_cache()[query] = (None, f"clauses (the planner failed: {why})")
+        else:
+            self._plan_cache()[query] = (goals[:MAX_CLAUSES], "planner")
+
+    def _planned_sub_goals(self, query: str) -> tuple[tuple[str, ...] | None, str]:
+        """(the planner's sub-goals of `query`, or None for the clauses; where they came from).
+
+        One planner call per request, kept (`PLANS_KEPT`); a failing planner (an error, a
+        time-out, a plan with no sub-goal) is logged and the clauses are used.
+        """
+        if self.goal_planner is None:
+            return None, "clauses"
+        cache = self._plan_cache()
+        if query not in cache:
+            try:
+                plan = plan_within(
+                    self.goal_planner, query, self._plan_search, self.goal_planner_timeout
+                )
+            except Exception as exc:  # any planner failure: the clauses
+                self._keep_plan(query, None, exc)
+            else:
+                self._keep_plan(query, plan, None)
+        return cache[query]
+
+    async def _aplan_sub_goals(self, query: str) -> None:
+        """Plan `query` with the planner's async path ahead of `rank` (see `aprepare`)."""
+        if self.goal_planner is None or query in self._plan_cache():
+            return
+        try:
+            plan = await aplan_within(
+                self.goal_planner, query, self._plan_search, self.goal_planner_timeout
+            )
+        except Exception as exc:  # any planner failure: the clauses
+            self._keep_plan(query, None, exc)
+        else:
+            self._keep_plan(query, plan, None)
 
     def _knn(
         self, qs: _QueryState, history: tuple[str, ...]
@@ -405,9 +495,11 @@ class HybridFeatures(ToolRetriever):
         `open_sub_goal_rank` and `graph_rank` are ``-log(1 + rank)`` of the candidate by its
         similarity to the open sub-goals (`_open_sub_goals`) and by its edge from the last
         call (`_graph_rank`); each is 0 for every candidate when it has no evidence (no open
-        sub-goal, no edge from the last call). `spent` takes a called tool's request ranks
-        away (its relevance to the request is spent): only an open sub-goal or an edge brings
-        it back. `end_zero_shot` (end-of-plan's row) makes end-of-plan's probability under
+        sub-goal, no edge from the last call). `spent` gives a called tool the last request
+        ranks any tool can have (its relevance to the request is spent; not the last
+        candidate's, which on a small catalogue can be better than a tool BM25 does not
+        match at all): only an open sub-goal or an edge brings it back. `end_zero_shot`
+        (end-of-plan's row) makes end-of-plan's probability under
         the prior weights the zero-shot stop rule's (`stop_probability`).
         """
         n_c = len(cands)
@@ -419,7 +511,8 @@ class HybridFeatures(ToolRetriever):
         x[:n_c, _F["graph_rank"]] = -np.log1p(self._graph_rank(history, cands))
         called = x[:n_c, _F["in_history"]] > 0
         request = x[:n_c, _F["bm25_rank"]] + x[:n_c, _F["dense_rank"]]
-        x[:n_c, _F["spent"]] = np.where(called, -2.0 * np.log1p(n_c) - request, 0.0)
+        worst = -2.0 * np.log1p(max(n_c, self.candidates))  # the last rank by both
+        x[:n_c, _F["spent"]] = np.where(called, worst - request, 0.0)
         fused = x[:n_c] @ _prior_vector()
         p_end = min(max(stop_probability(qs.n_goals, len(history)), 1e-9), 1.0 - 1e-9)
         top = float(fused.max()) if n_c else 0.0
@@ -492,6 +585,8 @@ __all__ = [
     "KNN_TEMPERATURE",
     "L_FLOOR",
     "L_TOP",
+    "PLANS_KEPT",
+    "PLAN_SEARCH_K",
     "CandidateSource",
     "HybridFeatures",
 ]

@@ -20,12 +20,9 @@ tool and at what rank (`Ranking.why`), and `explain_tool` does it for any tool.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
@@ -36,7 +33,13 @@ from dtdr_agents.foundation.errors import ModelLoadError
 from dtdr_agents.foundation.types import Demonstration, Ranking, Toolset, as_history
 from dtdr_agents.planning.fusion import FUSIONS, RRF_K, Fusion, fuse
 from dtdr_agents.planning.plan import Plan
-from dtdr_agents.planning.planners import FEEDBACK_K, ClausePlanner, Planner, ReplayPlanner
+from dtdr_agents.planning.planners import (
+    FEEDBACK_K,
+    ClausePlanner,
+    Planner,
+    aplan_within,
+    plan_within,
+)
 from dtdr_agents.retrievers.base import Scores, ToolRetriever
 from dtdr_agents.retrievers.composite import CompositeRetriever
 
@@ -239,23 +242,10 @@ class ToolQPRetriever(CompositeRetriever):
         return self.planner
 
     def _run_planner(self, request: str, search: Any) -> Plan:
-        planner = self._require_planner()
-        if self.timeout is None or isinstance(planner, ReplayPlanner):
-            return planner.plan(request, search)
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolqp-planner")
-        try:
-            return pool.submit(planner.plan, request, search).result(self.timeout)
-        except FutureTimeout:
-            raise TimeoutError(f"planning took longer than {self.timeout} s") from None
-        finally:
-            pool.shutdown(wait=False)
+        return plan_within(self._require_planner(), request, search, self.timeout)
 
     async def _arun_planner(self, request: str, search: Any) -> Plan:
-        planner = self._require_planner()
-        try:
-            return await asyncio.wait_for(planner.aplan(request, search), self.timeout)
-        except TimeoutError:
-            raise TimeoutError(f"planning took longer than {self.timeout} s") from None
+        return await aplan_within(self._require_planner(), request, search, self.timeout)
 
     def _plan_state(self, query: str) -> _PlanState:
         key, state = self._cached(query)
