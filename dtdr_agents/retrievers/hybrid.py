@@ -168,7 +168,7 @@ class HybridRetriever(HybridFeatures):
 
     def _fit_hybrid(self, demos: list[Demonstration], tools: Toolset) -> None:
         assert self.tool_embeddings_ is not None
-        self._graph_cache = None
+        self._reset_graph()
         self.bm25_ = BM25Retriever()  # needs no demonstrations: index the catalogue only
         self._restore_part(self.bm25_, tools, {"vocabulary_size": None}, {})
         t0 = time.perf_counter()
@@ -321,7 +321,7 @@ class HybridRetriever(HybridFeatures):
         their schemas (or the given graph) at once.
         """
         super().set_tools(tools)
-        self._graph_cache = None
+        self._reset_graph()
         return self
 
     def _new_tool_prior(self, query: str, history: tuple[str, ...]) -> np.ndarray:

@@ -8,6 +8,7 @@ parts' chains and DTDR-L, the nearest demonstrations' plans and the request's cl
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -52,7 +53,13 @@ PLAN_SEARCH_K = 5
 PLANS_KEPT = 4096
 """Requests whose planned sub-goals are kept (least recently used dropped first)."""
 
+SUCCESSOR_ROWS_KEPT = 1024
+"""Tools whose graph edges are kept as rows over the labels (all dropped when full)."""
+
 logger = logging.getLogger(__name__)
+
+_PLANS_LOCK = threading.Lock()
+"""Guards the kept plans (`cachetools` caches are not thread-safe); never held while planning."""
 
 
 CandidateSource = Callable[[str, int], Sequence[tuple[str, float]]]
@@ -100,6 +107,7 @@ class HybridFeatures(ToolRetriever):
     _linear_map: np.ndarray = field(init=False)
     _learned_rows: np.ndarray = field(init=False)
     _graph_cache: ToolGraph | None = field(init=False, default=None)
+    _successor_rows: dict[str, np.ndarray] = field(init=False, default_factory=dict)
     _plans: LRUCache[str, tuple[tuple[str, ...] | None, str]] | None = field(
         init=False, default=None
     )
@@ -203,9 +211,15 @@ class HybridFeatures(ToolRetriever):
 
     # --------------------------------------------------------------------- planned sub-goals
     def _plan_cache(self) -> LRUCache[str, tuple[tuple[str, ...] | None, str]]:
-        if self._plans is None:
-            self._plans = LRUCache(maxsize=PLANS_KEPT)
-        return self._plans
+        with _PLANS_LOCK:
+            if self._plans is None:
+                self._plans = LRUCache(maxsize=PLANS_KEPT)
+            return self._plans
+
+    def _kept_plan(self, query: str) -> tuple[tuple[str, ...] | None, str] | None:
+        cache = self._plan_cache()
+        with _PLANS_LOCK:
+            return cache.get(query)
 
     def _plan_search(self, functional_query: str) -> list[tuple[str, str]]:
         """A planner's feedback: the tools most similar to its functional query."""
@@ -215,19 +229,27 @@ class HybridFeatures(ToolRetriever):
         tools = self.fit_tools_
         return [(tools[int(i)].name, tools[int(i)].description[:200]) for i in top]
 
-    def _keep_plan(self, query: str, plan: Any, error: Exception | None) -> None:
+    def _keep_plan(
+        self, query: str, plan: Any, error: Exception | None
+    ) -> tuple[tuple[str, ...] | None, str]:
+        """Keep (and return) a request's sub-goals from `plan`, or the clauses on `error`."""
         goals = tuple(g.strip() for g in (plan.sub_goals if plan else ()) if g.strip())
         if error is None and not goals:
             error = ValueError("the plan names no sub-goal")
+        entry: tuple[tuple[str, ...] | None, str]
         if error is not None:
             why = f"{type(error).__name__}: {error}"
             logger.warning(
                 "hybrid: the planner failed on a request (%s); its clauses are the sub-goals",
                 why,
             )
-            self._plan_cache()[query] = (None, f"clauses (the planner failed: {why})")
+            entry = (None, f"clauses (the planner failed: {why})")
         else:
-            self._plan_cache()[query] = (goals[:MAX_CLAUSES], "planner")
+            entry = (goals[:MAX_CLAUSES], "planner")
+        cache = self._plan_cache()
+        with _PLANS_LOCK:
+            cache[query] = entry
+        return entry
 
     def _planned_sub_goals(self, query: str) -> tuple[tuple[str, ...] | None, str]:
         """(the planner's sub-goals of `query`, or None for the clauses; where they came from).
@@ -237,21 +259,20 @@ class HybridFeatures(ToolRetriever):
         """
         if self.goal_planner is None:
             return None, "clauses"
-        cache = self._plan_cache()
-        if query not in cache:
-            try:
-                plan = plan_within(
-                    self.goal_planner, query, self._plan_search, self.goal_planner_timeout
-                )
-            except Exception as exc:  # any planner failure: the clauses
-                self._keep_plan(query, None, exc)
-            else:
-                self._keep_plan(query, plan, None)
-        return cache[query]
+        kept = self._kept_plan(query)
+        if kept is not None:
+            return kept
+        try:
+            plan = plan_within(
+                self.goal_planner, query, self._plan_search, self.goal_planner_timeout
+            )
+        except Exception as exc:  # any planner failure: the clauses
+            return self._keep_plan(query, None, exc)
+        return self._keep_plan(query, plan, None)
 
     async def _aplan_sub_goals(self, query: str) -> None:
         """Plan `query` with the planner's async path ahead of `rank` (see `aprepare`)."""
-        if self.goal_planner is None or query in self._plan_cache():
+        if self.goal_planner is None or self._kept_plan(query) is not None:
             return
         try:
             plan = await aplan_within(
@@ -552,9 +573,35 @@ class HybridFeatures(ToolRetriever):
         place = {v: float(i) for i, v in enumerate(levels)}
         return np.array([place[float(v)] if v > 0 else float(len(levels)) for v in w])
 
+    def _reset_graph(self) -> None:
+        """Drop the tool graph and its per-tool rows (the catalogue changed)."""
+        self._graph_cache = None
+        self._successor_rows = {}
+
+    def _successor_row(self, name: str) -> np.ndarray:
+        """The weights of `name`'s edges to every label (a row over `labels_`, kept)."""
+        row = self._successor_rows.get(name)
+        if row is None:
+            row = np.zeros(len(self.labels_))
+            for target, weight in self._tool_graph().successors(name).items():
+                i = self._label_index.get(target)
+                if i is not None:
+                    row[i] = weight
+            if len(self._successor_rows) >= SUCCESSOR_ROWS_KEPT:
+                self._successor_rows.clear()
+            self._successor_rows[name] = row
+        return row
+
     def _graph_rank(self, history: tuple[str, ...], cands: np.ndarray) -> np.ndarray:
-        """`_graph_ranks` of a step's candidates (label rows)."""
-        return self._graph_ranks(history, [self.labels_[int(c)] for c in cands])
+        """`_graph_ranks` of a step's candidates (label rows), vectorised over a kept row."""
+        if not history or not self._tool_graph().has(history[-1]):
+            return np.zeros(len(cands))
+        w = self._successor_row(history[-1])[cands]
+        positive = w > 0
+        levels = np.unique(w[positive])[::-1]  # distinct edge weights, best first
+        ranks = np.full(len(cands), float(len(levels)))
+        ranks[positive] = np.searchsorted(-levels, -w[positive])
+        return ranks
 
     def _open_sub_goals(
         self, qs: _QueryState, history: tuple[str, ...], cands: np.ndarray
