@@ -396,7 +396,12 @@ def test_tools_added_after_fit_get_graph_edges_from_their_schemas(encoder):
     assert ratio_after == pytest.approx(2.0 * ratio_before)  # fetch_page: 1 / (1 + rank 1)
     assert model._tool_graph().evidence("search_docs", "fetch_doc") == ["param:doc_id"]
     model.set_tools(tools)  # removed again: the graph follows the catalogue
-    assert not model._tool_graph().has("fetch_doc")
+    graph = model._tool_graph()
+    assert not graph.has("fetch_doc")
+    model.set_tools(tools)  # the same catalogue: the graph is not built again
+    assert model._tool_graph() is graph
+    model.set_params(graph=[["summarize_text", "search_docs"]])  # a given graph replaces it
+    assert model._tool_graph().edges() == [("summarize_text", "search_docs", 1.0)]
 
 
 def test_the_prior_is_the_zero_shot_model_and_a_strong_pull_keeps_to_it(

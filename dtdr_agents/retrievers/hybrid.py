@@ -168,7 +168,7 @@ class HybridRetriever(HybridFeatures):
 
     def _fit_hybrid(self, demos: list[Demonstration], tools: Toolset) -> None:
         assert self.tool_embeddings_ is not None
-        self._reset_graph()
+        self._reset_graph(tools)
         self.bm25_ = BM25Retriever()  # needs no demonstrations: index the catalogue only
         self._restore_part(self.bm25_, tools, {"vocabulary_size": None}, {})
         t0 = time.perf_counter()
@@ -307,6 +307,9 @@ class HybridRetriever(HybridFeatures):
         super().set_params(**params)
         self._plans = None
         self._memo_store = None
+        self._graph_for = None  # `graph` may be among them: build the tool graph again
+        if getattr(self, "_fitted", False):
+            self._reset_graph(self.tools_)
         return self
 
     async def aprepare(self, query: str) -> None:
@@ -321,7 +324,7 @@ class HybridRetriever(HybridFeatures):
         their schemas (or the given graph) at once.
         """
         super().set_tools(tools)
-        self._reset_graph()
+        self._reset_graph(self.tools_)  # kept when the catalogue is the one it was built on
         return self
 
     def _new_tool_prior(self, query: str, history: tuple[str, ...]) -> np.ndarray:

@@ -22,6 +22,7 @@ from dtdr_agents.foundation.clauses import (
     stop_probability,
     sub_goals,
 )
+from dtdr_agents.foundation.types import Toolset
 from dtdr_agents.planning.planners import Planner, aplan_within, plan_within
 from dtdr_agents.retrievers.base import ToolRetriever, softmax
 from dtdr_agents.retrievers.bm25 import BM25Retriever
@@ -108,6 +109,8 @@ class HybridFeatures(ToolRetriever):
     _learned_rows: np.ndarray = field(init=False)
     _graph_cache: ToolGraph | None = field(init=False, default=None)
     _successor_rows: dict[str, np.ndarray] = field(init=False, default_factory=dict)
+    _graph_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(init=False, default=None)
+    _graph_for: Toolset | None = field(init=False, default=None)
     _plans: LRUCache[str, tuple[tuple[str, ...] | None, str]] | None = field(
         init=False, default=None
     )
@@ -543,12 +546,13 @@ class HybridFeatures(ToolRetriever):
     def _tool_graph(self) -> ToolGraph:
         """The dependency graph over the current catalogue (given, or derived; built once).
 
-        Over the current catalogue, not the fit one: tools added after fit (`set_tools`, which
-        drops this graph) get their edges from their schemas at once.
+        Over the current catalogue, not the fit one: tools added after fit get their edges
+        from their schemas at once (`set_tools` calls `_reset_graph` with the new catalogue;
+        `fit` with the fit one).
         """
         graph = self._graph_cache
         if graph is None:
-            tools = getattr(self, "tools_", self.fit_tools_)
+            tools = self._graph_for if self._graph_for is not None else self.fit_tools_
             if self.graph is None:
                 graph = ToolGraph.from_catalogue(tools)
             else:  # unknown tools: skipped with a warning
@@ -573,20 +577,32 @@ class HybridFeatures(ToolRetriever):
         place = {v: float(i) for i, v in enumerate(levels)}
         return np.array([place[float(v)] if v > 0 else float(len(levels)) for v in w])
 
-    def _reset_graph(self) -> None:
-        """Drop the tool graph and its per-tool rows (the catalogue changed)."""
+    def _reset_graph(self, tools: Toolset) -> None:
+        """Build the tool graph on `tools` from now on (what was built on them is kept)."""
+        if self._graph_for is not None and tools == self._graph_for:
+            return
         self._graph_cache = None
+        self._graph_rows = None
+        self._graph_for = tools
         self._successor_rows = {}
 
     def _successor_row(self, name: str) -> np.ndarray:
         """The weights of `name`'s edges to every label (a row over `labels_`, kept)."""
         row = self._successor_rows.get(name)
         if row is None:
+            graph = self._tool_graph()
+            if self._graph_rows is None:  # the graph among the labels, as CSR arrays
+                self._graph_rows = graph.adjacency(self.labels_[:-1])
+            indptr, indices, weights = self._graph_rows
             row = np.zeros(len(self.labels_))
-            for target, weight in self._tool_graph().successors(name).items():
-                i = self._label_index.get(target)
-                if i is not None:
-                    row[i] = weight
+            i = self._label_index.get(name)
+            if i is not None and i < len(indptr) - 1:
+                row[indices[indptr[i] : indptr[i + 1]]] = weights[indptr[i] : indptr[i + 1]]
+            else:  # a tool added after fit
+                for target, weight in graph.successors(name).items():
+                    j = self._label_index.get(target)
+                    if j is not None:
+                        row[j] = weight
             if len(self._successor_rows) >= SUCCESSOR_ROWS_KEPT:
                 self._successor_rows.clear()
             self._successor_rows[name] = row

@@ -30,6 +30,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
+import numpy as np
+
 from dtdr_agents.foundation.errors import UnknownToolError
 from dtdr_agents.foundation.types import Tool, Toolset, output_names
 
@@ -284,6 +286,25 @@ class ToolGraph:
         self._check(target)
         found = self._evidence.get(source, {}).get(target, [])
         return sorted(found, key=lambda e: (_KIND_ORDER.get(e.split(":", 1)[0], 99), e))
+
+    def adjacency(self, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The edges among `names` as CSR arrays (indptr, indices, weights) in that order.
+
+        Row ``i`` holds the edges out of ``names[i]`` (``indices[indptr[i]:indptr[i + 1]]``
+        index `names`); names outside the graph have none.
+        """
+        position = {n: i for i, n in enumerate(names)}
+        indptr = np.zeros(len(names) + 1, dtype=np.int64)
+        cols: list[int] = []
+        vals: list[float] = []
+        for i, name in enumerate(names):
+            for target, weight in self._weights.get(name, {}).items():
+                j = position.get(target)
+                if j is not None:
+                    cols.append(j)
+                    vals.append(weight)
+            indptr[i + 1] = len(cols)
+        return indptr, np.array(cols, dtype=np.int64), np.array(vals, dtype=np.float64)
 
     def edges(self) -> list[tuple[str, str, float]]:
         """Every edge as (source, target, weight)."""
