@@ -400,7 +400,8 @@ def test_tools_added_after_fit_get_graph_edges_from_their_schemas(encoder):
     assert not graph.has("fetch_doc")
     model.set_tools(tools)  # the same catalogue: the graph is not built again
     assert model._tool_graph() is graph
-    model.set_params(graph=[["summarize_text", "search_docs"]])  # a given graph replaces it
+    model.set_params(graph=[("summarize_text", "search_docs")])  # a given graph replaces it
+    assert model.graph == [["summarize_text", "search_docs"]]  # saved as plain JSON
     assert model._tool_graph().edges() == [("summarize_text", "search_docs", 1.0)]
 
 

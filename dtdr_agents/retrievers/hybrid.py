@@ -305,6 +305,8 @@ class HybridRetriever(HybridFeatures):
     def set_params(self, **params: Any) -> Self:
         """Set constructor arguments (e.g. `goal_planner` after `load`); plans are dropped."""
         super().set_params(**params)
+        if params.get("graph") is not None:  # kept as a plain edge list, as at construction
+            self.graph = given_edges(self.graph)
         self._plans = None
         self._memo_store = None
         self._graph_for = None  # `graph` may be among them: build the tool graph again
