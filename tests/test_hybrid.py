@@ -424,3 +424,10 @@ def test_the_prior_is_the_zero_shot_model_and_a_strong_pull_keeps_to_it(
 
     assert agree(held) >= 0.9  # measured 0.994 (and 0.497 with the default pull)
     assert agree(free) < agree(held)  # the default pull lets 10 demonstrations teach
+
+
+def test_edge_ranks_share_ties_and_put_tools_without_an_edge_last():
+    from dtdr_agents.retrievers.hybrid_features import edge_ranks
+
+    np.testing.assert_array_equal(edge_ranks(np.array([0.5, 0.0, 1.5, 0.5])), [1, 2, 0, 1])
+    np.testing.assert_array_equal(edge_ranks(np.zeros(3)), [0, 0, 0])  # no evidence

@@ -88,6 +88,23 @@ class _QueryState:
     goals_from: str = "clauses"  # "planner", or "clauses" (and why, when the planner failed)
 
 
+def edge_ranks(weights: np.ndarray) -> np.ndarray:
+    """Each tool's rank by its edge weight from the last call, best first.
+
+    Tools with equal weights share a rank; tools with no edge come last. With no edge at all
+    (no evidence), every tool's rank is 0.
+    """
+    positive = weights > 0
+    levels = np.unique(weights[positive])[::-1]  # distinct edge weights, best first
+    ranks = np.full(len(weights), float(len(levels)))
+    ranks[positive] = np.searchsorted(-levels, -weights[positive])
+    return ranks
+
+
+_PRIOR = _prior_vector()
+"""The combiner's prior weights (`PRIOR_WEIGHTS`) as a vector, built once."""
+
+
 class HybridFeatures(ToolRetriever):
     """The hybrid's feature computation (a base of `HybridRetriever`; registers no id)."""
 
@@ -537,7 +554,7 @@ class HybridFeatures(ToolRetriever):
         request = x[:n_c, _F["bm25_rank"]] + x[:n_c, _F["dense_rank"]]
         worst = -2.0 * np.log1p(max(n_c, self.candidates))  # the last rank by both
         x[:n_c, _F["spent"]] = np.where(called, worst - request, 0.0)
-        fused = x[:n_c] @ _prior_vector()
+        fused = x[:n_c] @ _PRIOR
         p_end = min(max(stop_probability(qs.n_goals, len(history)), 1e-9), 1.0 - 1e-9)
         top = float(fused.max()) if n_c else 0.0
         log_mass = top + float(np.log(np.exp(fused - top).sum())) if n_c else 0.0
@@ -561,21 +578,12 @@ class HybridFeatures(ToolRetriever):
         return graph
 
     def _graph_ranks(self, history: tuple[str, ...], names: Sequence[str]) -> np.ndarray:
-        """Each named tool's rank by its edge from the last call (ties share; no edge: last).
-
-        Zero for every tool when the last call has no successors (no evidence).
-        """
-        ranks = np.zeros(len(names))
+        """`edge_ranks` of the named tools (any of the current catalogue) from the last call."""
         graph = self._tool_graph()
         if not history or not graph.has(history[-1]):
-            return ranks
+            return np.zeros(len(names))
         succ = graph.successors(history[-1])
-        if not succ:
-            return ranks
-        w = np.array([succ.get(n, 0.0) for n in names])
-        levels = sorted({float(v) for v in w if v > 0}, reverse=True)
-        place = {v: float(i) for i, v in enumerate(levels)}
-        return np.array([place[float(v)] if v > 0 else float(len(levels)) for v in w])
+        return edge_ranks(np.array([succ.get(n, 0.0) for n in names]))
 
     def _reset_graph(self, tools: Toolset) -> None:
         """Build the tool graph on `tools` from now on (what was built on them is kept)."""
@@ -609,15 +617,10 @@ class HybridFeatures(ToolRetriever):
         return row
 
     def _graph_rank(self, history: tuple[str, ...], cands: np.ndarray) -> np.ndarray:
-        """`_graph_ranks` of a step's candidates (label rows), vectorised over a kept row."""
+        """`edge_ranks` of a step's candidates (label rows), through a kept row of weights."""
         if not history or not self._tool_graph().has(history[-1]):
             return np.zeros(len(cands))
-        w = self._successor_row(history[-1])[cands]
-        positive = w > 0
-        levels = np.unique(w[positive])[::-1]  # distinct edge weights, best first
-        ranks = np.full(len(cands), float(len(levels)))
-        ranks[positive] = np.searchsorted(-levels, -w[positive])
-        return ranks
+        return edge_ranks(self._successor_row(history[-1])[cands])
 
     def _open_sub_goals(
         self, qs: _QueryState, history: tuple[str, ...], cands: np.ndarray
@@ -650,6 +653,8 @@ __all__ = [
     "L_TOP",
     "PLANS_KEPT",
     "PLAN_SEARCH_K",
+    "SUCCESSOR_ROWS_KEPT",
     "CandidateSource",
     "HybridFeatures",
+    "edge_ranks",
 ]
