@@ -189,27 +189,24 @@ class Tool:
         """The text embedded for this tool: its name and description."""
         return f"{self.name}: {self.description}" if self.description else self.name
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form (`name`, `description`, `parameters`, and `outputs` if any)."""
-        out: dict[str, Any] = {
+    def _function(self) -> dict[str, Any]:
+        """What the model sees of the tool: `name`, `description`, `parameters`."""
+        return {
             "name": self.name,
             "description": self.description,
             "parameters": dict(self.parameters),
         }
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form (`name`, `description`, `parameters`, and `outputs` if any)."""
+        out = self._function()
         if self.outputs:
             out["outputs"] = list(self.outputs)
         return out
 
     def to_openai(self) -> dict[str, Any]:
         """The OpenAI chat-completions tool schema (what the model sees: no `outputs`)."""
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": dict(self.parameters),
-            },
-        }
+        return {"type": "function", "function": self._function()}
 
 
 class Toolset(Sequence[Tool]):
