@@ -86,6 +86,8 @@ class _QueryState:
     clauses: np.ndarray | None = None  # (sub-goals, dim): `request_clauses` or the plan's
     n_goals: int = 1  # sub-goals stated (the zero-shot stop rule's count)
     goals_from: str = "clauses"  # "planner", or "clauses" (and why, when the planner failed)
+    # (the DTDR-L models, their logits of the query's block): the same at every step
+    linear_query: tuple[tuple[object, object], list[np.ndarray]] | None = None
 
 
 def edge_ranks(weights: np.ndarray) -> np.ndarray:
@@ -377,11 +379,22 @@ class HybridFeatures(ToolRetriever):
         """Both DTDR-L models' probabilities over their (shared) labels for this step."""
         if self.linear_ is None or self.linear_fine_ is None:
             return None
+        models = (self.linear_, self.linear_fine_)
         x = self.linear_._structured(qs.qvec[None, :], [history])[0]
-        return (
-            softmax(self.linear_.weight_ @ x + self.linear_.bias_),
-            softmax(self.linear_fine_.weight_ @ x + self.linear_fine_.bias_),
-        )
+        dim = len(qs.qvec)
+        kept = qs.linear_query
+        if kept is None or kept[0][0] is not models[0] or kept[0][1] is not models[1]:
+            q = x[:dim]  # the query's block is the same at every step: once per query
+            kept = ((models[0], models[1]), [m.weight_[:, :dim] @ q + m.bias_ for m in models])
+            qs.linear_query = kept
+        out = [logits.copy() for logits in kept[1]]
+        # The history's blocks, skipping the zero ones (positions a short history lacks).
+        for start in range(dim, len(x), dim):
+            block = slice(start, min(start + dim, len(x)))
+            if x[block].any():
+                for logits, m in zip(out, models, strict=True):
+                    logits += m.weight_[:, block] @ x[block]
+        return softmax(out[0]), softmax(out[1])
 
     def _step_features(self, query: str, history: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(candidate labels, feature matrix) of one step; end-of-plan is the last candidate."""
@@ -408,13 +421,17 @@ class HybridFeatures(ToolRetriever):
         if plan_votes:
             extra.append(np.fromiter(plan_votes, dtype=np.int64, count=len(plan_votes)))
         cands = qs.candidates
-        if extra:
-            more = np.concatenate(extra)
-            more = more[(more != end) & ~np.isin(more, cands)]
-            if len(more):
-                cands = np.concatenate([cands, np.unique(more)])
+        if extra:  # the learned parts' tools beyond the request's candidates, sorted, once
+            added = np.zeros(end + 1, dtype=bool)
+            added[np.concatenate(extra)] = True
+            added[cands] = False
+            added[end] = False
+            if added.any():
+                cands = np.concatenate([cands, np.flatnonzero(added)])
         labels = np.append(cands, end)
         n_c = len(cands)
+        pos = np.full(end + 1, -1, dtype=np.int64)  # label -> row of x (-1: not a candidate)
+        pos[labels] = np.arange(n_c + 1)
         x = np.zeros((n_c + 1, len(FEATURES)))
         # zero-shot
         n_q = len(qs.candidates)
@@ -436,7 +453,6 @@ class HybridFeatures(ToolRetriever):
         x[:n_c, _F["dense_rel_unseen"]] = x[:n_c, _F["dense_rel"]] * unseen
         x[:n_c, _F["log_count"]] = np.log1p(counts)
         # learned
-        pos = {int(label): i for i, label in enumerate(labels)}
         x[n_c, _F["end"]] = 1.0
         if self.chains_ is not None:
             rare_cl = 1.0 / np.sqrt(1.0 + cl_support)
@@ -459,7 +475,7 @@ class HybridFeatures(ToolRetriever):
                     (("chain_all", 1.0), ("chain_all_rare_key", rare_all)),
                 ),
             ):
-                rows = np.array([pos[int(lab)] for lab in chain_labels], dtype=np.int64)
+                rows = pos[chain_labels]
                 vals = np.log1p(np.asarray(chain_p, dtype=np.float64) / CHAIN_EPS)
                 is_end = np.asarray(chain_labels) == end
                 x[rows[is_end], _F[end_name]] = vals[is_end]
@@ -477,7 +493,7 @@ class HybridFeatures(ToolRetriever):
         if history:
             hist_rows = [self._label_index.get(h, -1) for h in history]
             for h in hist_rows:
-                if h >= 0 and h in pos and h != end:
+                if 0 <= h < end and pos[h] >= 0:
                     x[pos[h], _F["in_history"]] += 1.0
             last = hist_rows[-1]
             if 0 <= last < len(self.fit_tools_):
@@ -492,7 +508,7 @@ class HybridFeatures(ToolRetriever):
         x[n_c, _F["end_knn"]] = end_vote
         for votes, col in ((plan_votes, _F["knn_plan"]), (next_votes, _F["knn_next"])):
             for t, v in votes.items():
-                if t in pos and t != end:
+                if t != end and pos[t] >= 0:
                     x[pos[t], col] = v
         return labels, x
 
