@@ -323,6 +323,31 @@ def test_sub_goals_merge_clauses_that_only_add_an_argument():
     assert sub_goals("an allowance of 500 is due") == ["an allowance of 500 is due"]
 
 
+def test_a_quoted_value_is_never_split_into_sub_goals():
+    """Sentences and commas inside quotes belong to the value: they add no sub-goal."""
+    from dtdr_agents.foundation.clauses import sub_goals, zero_shot_stop_probability
+
+    query = (
+        "I have the text 'What's the best way to learn, and to remember? Tell me.'. "
+        'Translate it into Spanish and then notify me with the title "Done! Next, rest"'
+    )
+    assert hybrid.request_clauses(query) == [
+        "I have the text 'What's the best way to learn, and to remember? Tell me.'",
+        "Translate it into Spanish",
+        'notify me with the title "Done! Next, rest"',
+    ]
+    # a whole request in quotes is the request, not a value
+    assert hybrid.request_clauses('"Translate the text, then summarize it for me"') == [
+        "Translate the text",
+        "summarize it for me",
+    ]
+    # an apostrophe inside a word opens no quote
+    assert len(sub_goals("Check the user's order status and then cancel the user's order")) == 2
+    # two calls: the quoted sentences no longer keep the zero-shot stop rule waiting
+    two = "Summarize 'It rains. It pours. Roads close.' and translate the summary into French"
+    assert zero_shot_stop_probability(two, 2) > 0.5 > zero_shot_stop_probability(two, 1)
+
+
 CLAUSE_TOOLS = [
     {"name": "translate_text", "description": "Translate text into another language"},
     {"name": "summarize_text", "description": "Summarize a long text into a few lines"},

@@ -19,14 +19,34 @@ _CLAUSE_SPLIT = re.compile(
 )
 
 
+_QUOTED = re.compile(
+    r"""(?<![\w'"`])(?:'(?:[^'\n]|(?<=\w)'(?=\w))*?'|"[^"\n]*?"|`[^`\n]*?`|“[^”\n]*?”"""
+    r"""|‘(?:[^’\n]|(?<=\w)’(?=\w))*?’)(?![\w'"`])"""
+)
+"""A quoted value: a text in quotes that open and close outside words (the apostrophe of
+"What's" neither opens nor closes one)."""
+
+
 def request_clauses(query: str, limit: int = MAX_CLAUSES) -> list[str]:
     """The request split into clauses of at least three words (sentences, "then", "and").
 
     A multi-step request usually states one sub-goal per clause; the hybrid's `clause_*`
-    features ask which clauses the calls so far have not covered. A request without such a
-    split is one clause.
+    features ask which clauses the calls so far have not covered. A quoted value is never
+    split (its sentences and commas are the value's, not the request's), unless it is the
+    whole request. A request without such a split is one clause.
     """
-    parts = [p.strip() for p in _CLAUSE_SPLIT.split(query) if p and len(p.split()) >= 3]
+    quoted: list[str] = []
+    whole = _QUOTED.fullmatch(query.strip())
+    text = whole.group(0)[1:-1] if whole else query
+
+    def _hold(match: re.Match[str]) -> str:
+        quoted.append(match.group(0))
+        return f"\x00{len(quoted) - 1}\x00"
+
+    held = _CLAUSE_SPLIT.split(_QUOTED.sub(_hold, text))
+    if quoted:
+        held = [re.sub("\x00(\\d+)\x00", lambda m: quoted[int(m.group(1))], p) for p in held if p]
+    parts = [p.strip() for p in held if p and len(p.split()) >= 3]
     return parts[:limit] or [query]
 
 
