@@ -32,6 +32,26 @@ def test_expansion_keeps_real_tools_first_and_is_seeded():
     assert list(expand_catalogue(BASE, 2).names) == ["get_weather", "send_email"]
 
 
+def test_variants_keep_the_schema_so_the_tool_graph_grows_with_the_catalogue():
+    from dtdr_agents.retrievers.tool_graph import ToolGraph
+
+    base = Toolset(
+        [
+            {"name": "find_city", "description": "Find a city", "outputs": ["city"]},
+            {
+                "name": "get_weather",
+                "description": "Current weather forecast for a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        ]
+    )
+    big = expand_catalogue(base, 6, seed=0)
+    assert big[2].outputs == ("city",) and big[3].parameters == base[1].parameters
+    # each producer of "city" links to each consumer: 3 x 3 edges, where the base has one
+    assert len(ToolGraph.from_catalogue(base)) == 1
+    assert len(ToolGraph.from_catalogue(big)) == 9
+
+
 def test_bad_sizes_are_refused(tmp_path):
     with pytest.raises(ValueError, match="sizes"):
         run_scale([0], datasets_dir=tmp_path)
@@ -62,6 +82,6 @@ def test_scale_json_holds_every_size(tmp_path, shared_datasets):
     sizes = json.loads(out.read_text())["sizes"]
     assert set(sizes) == {"500", "8000"}
     for figures in sizes.values():
-        for key in ("fit_s", "index_s", "rank_ms_p50", "rank_ms_p99", "peak_rss_mb"):
+        for key in ("fit_s", "index_s", "graph_s", "rank_ms_p50", "rank_ms_p99", "peak_rss_mb"):
             assert figures[key] > 0
     assert sizes["8000"]["n_real_tools"] > 5000  # Seal-Tools plus ToolRet

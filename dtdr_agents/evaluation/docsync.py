@@ -85,6 +85,8 @@ class _ScaleSize(BaseModel):
     index: str
     fit_s: float
     index_s: float
+    graph_s: float | None = None  # absent from files written before it was measured
+    graph_edges: int | None = None
     rank_ms_p50: float
     rank_ms_p99: float
     peak_rss_mb: float
@@ -255,16 +257,17 @@ def render_headline(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
 def render_scale(data: Mapping[str, Any], name: str) -> str:
     """The large-catalogue benchmark as a Markdown table."""
     lines = [
-        "| tools | real | demos | index | fit_s | index_s | rank_ms_p50 | rank_ms_p99 | "
-        "peak_rss_mb |",
-        "|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+        "| tools | real | demos | index | fit_s | index_s | graph_s | graph_edges | "
+        "rank_ms_p50 | rank_ms_p99 | peak_rss_mb |",
+        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for size in sorted(data["sizes"], key=int):
         s = data["sizes"][size]
+        graph_s = "-" if s.get("graph_s") is None else f"{s['graph_s']:.3f}"
         lines.append(
             f"| {size} | {s['n_real_tools']} | {s['n_demos']} | {s['index']} | {s['fit_s']:.1f} "
-            f"| {s['index_s']:.3f} | {s['rank_ms_p50']:.3f} | {s['rank_ms_p99']:.3f} | "
-            f"{s['peak_rss_mb']:.0f} |"
+            f"| {s['index_s']:.3f} | {graph_s} | {s.get('graph_edges', '-')} | "
+            f"{s['rank_ms_p50']:.3f} | {s['rank_ms_p99']:.3f} | {s['peak_rss_mb']:.0f} |"
         )
     machine = data.get("machine") or {}
     lines += ["", f"`{name}`: encoder {data['encoder']}, {machine.get('cpus', '?')} cores."]

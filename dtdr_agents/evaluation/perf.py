@@ -203,7 +203,8 @@ def expand_catalogue(base: Toolset, size: int, seed: int = 0) -> Toolset:
 
     Variant `v` of real tool `t` is named `<t>__v<v>` and described as t's description plus two
     qualifiers drawn (seeded) from `VARIATION_QUALIFIERS` and its variant number, so every
-    description is distinct and realistic in length and vocabulary.
+    description is distinct and realistic in length and vocabulary. It keeps t's parameters
+    and outputs, so the derived tool graph grows with the catalogue as a real one would.
     """
     if size <= len(base):
         return Toolset(list(base)[:size])
@@ -219,7 +220,14 @@ def expand_catalogue(base: Toolset, size: int, seed: int = 0) -> Toolset:
             f"{src.description} ({VARIATION_QUALIFIERS[int(a)]}, "
             f"{VARIATION_QUALIFIERS[int(b)]}; variant {variant})"
         )
-        out.append(Tool(name=f"{src.name}__v{variant}", description=desc))
+        out.append(
+            Tool(
+                name=f"{src.name}__v{variant}",
+                description=desc,
+                parameters=src.parameters,
+                outputs=src.outputs,
+            )
+        )
         i += 1
     return Toolset(out)
 
@@ -230,12 +238,16 @@ def _scale_one(
     """One catalogue size, measured in its own process (so peak RSS is this size's)."""
     from dtdr_agents.foundation.encoders import get_encoder
     from dtdr_agents.retrievers.hybrid import HybridRetriever
+    from dtdr_agents.retrievers.tool_graph import ToolGraph
 
     base, dev, test = real_tool_descriptions(datasets_dir)
     tools = expand_catalogue(base, size, seed=seed)
     keep = [d for d in dev if all(tools.has(c) for c in d.calls)]
     queries = [d for d in test if all(tools.has(c) for c in d.calls)][:n_queries]
     enc = get_encoder(encoder, cache_dir=cache_dir)
+    t0 = time.perf_counter()
+    graph = ToolGraph.from_catalogue(tools)  # what the hybrid derives at its first call
+    graph_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     model = HybridRetriever(encoder=enc, seed=seed).fit(keep, tools)
     fit_s = time.perf_counter() - t0
@@ -258,6 +270,8 @@ def _scale_one(
         "index": model.index_.kind,
         "fit_s": fit_s,
         "index_s": index_s,
+        "graph_s": graph_s,
+        "graph_edges": len(graph),
         "rank_ms_p50": float(np.percentile(arr, 50)),
         "rank_ms_p99": float(np.percentile(arr, 99)),
         "peak_rss_mb": _peak_rss_mb(),
@@ -280,7 +294,8 @@ def run_scale(
     catalogue; timed requests: `test_in_domain` plans. Each size runs in a fresh process.
 
     Returns:
-        `{"sizes": {"<n>": {"fit_s", "index_s", "rank_ms_p50", "rank_ms_p99", "peak_rss_mb",
+        `{"sizes": {"<n>": {"fit_s", "index_s", "graph_s", "graph_edges", "rank_ms_p50",
+        "rank_ms_p99", "peak_rss_mb",
         ...}}, "machine": ..., "encoder": ...}`.
     """
     import multiprocessing
@@ -314,13 +329,14 @@ def format_scale(figures: dict[str, Any]) -> str:
     """Human-readable table of `run_scale` figures."""
     lines = [
         f"scale benchmark: hybrid, encoder {figures['encoder']}, {figures['machine']['cpus']} CPUs",
-        "tools    real  demos  index  fit_s  index_s  rank_ms_p50  rank_ms_p99  peak_rss_mb",
+        "tools    real  demos  index  fit_s  index_s  graph_s  edges     rank_ms_p50  "
+        "rank_ms_p99  peak_rss_mb",
     ]
     for n, f in figures["sizes"].items():
         lines.append(
             f"{n:<8} {f['n_real_tools']:<5} {f['n_demos']:<6} {f['index']:<6} {f['fit_s']:<6.1f} "
-            f"{f['index_s']:<8.3f} {f['rank_ms_p50']:<12.3f} {f['rank_ms_p99']:<12.3f} "
-            f"{f['peak_rss_mb']:.0f}"
+            f"{f['index_s']:<8.3f} {f['graph_s']:<8.3f} {f['graph_edges']:<9} "
+            f"{f['rank_ms_p50']:<12.3f} {f['rank_ms_p99']:<12.3f} {f['peak_rss_mb']:.0f}"
         )
     return "\n".join(lines)
 
