@@ -93,6 +93,24 @@ def test_descriptions_give_edges_without_schemas():
     assert [(s, t) for s, t, _ in bare.edges()] == [("geocode", "route")]
 
 
+def test_a_term_too_many_tools_take_is_no_evidence(monkeypatch):
+    """A term consumed by more than MAX_TERM_TOOLS tools links none: it cannot rank them."""
+    from dtdr_agents.retrievers import tool_graph
+
+    monkeypatch.setattr(tool_graph, "MAX_TERM_TOOLS", 3)
+
+    def takes(name: str, param: str) -> Tool:
+        return Tool(name, f"Uses a {param}", {"type": "object", "properties": {param: {}}})
+
+    tools = [
+        Tool("find_city", "Find a city", outputs=("city", "user_id")),
+        *[takes(f"weather_{i}", "city") for i in range(3)],  # three take "city": evidence
+        *[takes(f"profile_{i}", "user_id") for i in range(4)],  # four take "user_id": none
+    ]
+    graph = ToolGraph.from_catalogue(tools)
+    assert sorted(graph.successors("find_city")) == ["weather_0", "weather_1", "weather_2"]
+
+
 def test_seal_tools_responses_feed_parameters():
     data = load_dataset("sealtools", str(SEAL), split="dev")
     outputs = read_outputs(SEAL / "tool.jsonl")

@@ -14,10 +14,12 @@ once, whatever the number of matches):
 
 An output term found in more than `MAX_TERM_SHARE` of the parameter descriptions (or of the
 tool descriptions) is no evidence there: a template such as "a file name or text" would link
-everything. Derived graphs have no self-loops (a tool feeding itself is no dependency); given
-graphs keep whatever they say. Outputs are `Tool.outputs` (the TaskBench, Seal-Tools and MCP
-loaders fill them from ``output-type``, ``responses`` and ``outputSchema``); `read_outputs`
-reads them from such files for tools built without them.
+everything. A term that more than `MAX_TERM_TOOLS` tools would take is no evidence either: it
+cannot tell which of them comes next, and it would make a catalogue that repeats its schemas
+a graph that grows with its square. Derived graphs have no self-loops (a tool feeding itself
+is no dependency); given graphs keep whatever they say. Outputs are `Tool.outputs` (the
+TaskBench, Seal-Tools and MCP loaders fill them from ``output-type``, ``responses`` and
+``outputSchema``); `read_outputs` reads them from such files for tools built without them.
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ _KIND_ORDER = {kind: i for i, kind in enumerate(WEIGHTS)}
 
 MAX_TERM_SHARE = 0.5
 """An output term in more than this share of descriptions is no evidence in descriptions."""
+
+MAX_TERM_TOOLS = 64
+"""A term that would link a tool to more tools than this is no evidence (it cannot tell which
+of them comes next); it also bounds a derived graph's size, which would otherwise grow with
+the square of a catalogue that repeats its schemas."""
 
 MAX_PHRASE_WORDS = 6
 """Longest tool name or output name (in words) looked for in descriptions."""
@@ -193,6 +200,8 @@ class ToolGraph:
             key = norm(tool.name)
             if key:
                 by_name[key].add(tool.name)
+        # only the phrases that could be evidence are kept (not every n-gram of every text)
+        wanted = produced.keys() | by_name.keys()
         param_desc: dict[str, set[str]] = {}
         tool_desc: dict[str, set[str]] = {}
         consumers: dict[str, set[str]] = defaultdict(set)
@@ -205,14 +214,15 @@ class ToolGraph:
                     consumers[term].add(tool.name)
                 if isinstance(spec, Mapping) and isinstance(spec.get("description"), str):
                     texts.append(spec["description"])
-            param_desc[tool.name] = _phrases(" ".join(texts)) if texts else set()
-            tool_desc[tool.name] = _phrases(tool.description)
+            param_desc[tool.name] = _phrases(" ".join(texts)) & wanted if texts else set()
+            tool_desc[tool.name] = _phrases(tool.description) & wanted
         n = max(1, len(toolset))
         common_param = _common(param_desc.values(), produced, n)
         common_desc = _common(tool_desc.values(), produced, n)
         for term, targets in consumers.items():
-            for source in produced[term]:
-                graph._link_many(source, targets, f"param:{term}")
+            if len(targets) <= MAX_TERM_TOOLS:
+                for source in produced[term]:
+                    graph._link_many(source, targets, f"param:{term}")
         # description evidence, gathered by (term, source) so each is one pass over targets
         by_desc: dict[tuple[str, str], list[str]] = defaultdict(list)
         for target in toolset.names:
@@ -226,6 +236,8 @@ class ToolGraph:
                 if term not in common_desc:
                     by_desc[(f"desc-output:{term}", term)].append(target)
         for (evidence, term), named in by_desc.items():
+            if len(named) > MAX_TERM_TOOLS:
+                continue
             sources = by_name[term] if evidence == "desc-tool" else produced[term]
             for source in sources:
                 graph._link_many(source, named, evidence)
