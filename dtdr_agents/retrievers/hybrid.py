@@ -72,6 +72,9 @@ from dtdr_agents.retrievers.index import EXACT_LIMIT, CandidateIndex
 from dtdr_agents.retrievers.linear import DTDRL
 from dtdr_agents.retrievers.tool_graph import given_edges
 
+WHY_TERMS = 4
+"""Feature contributions a tool's `why` shows (after a call, `request_after_call` takes one)."""
+
 MIN_CROSS_FIT = 2
 """Demonstrations the combiner needs (two folds); with fewer the hybrid scores zero-shot."""
 
@@ -340,7 +343,7 @@ class HybridRetriever(HybridFeatures):
         return np.asarray(prior / (1.0 + ranks))
 
     def _contribution_why(self, labels: np.ndarray, x: np.ndarray) -> Callable[[int], str]:
-        """`Scores.tool_why`: a label's three largest feature contributions (feature x weight).
+        """`Scores.tool_why`: a label's four largest feature contributions (feature x weight).
 
         A label outside the step's candidates shares `REST_MASS` and has no features.
         """
@@ -354,7 +357,7 @@ class HybridRetriever(HybridFeatures):
             if row is None:
                 return "not among this step's candidates"
             contrib = x[row] * weights
-            top = [int(j) for j in np.argsort(-np.abs(contrib), kind="stable")[:3]]
+            top = [int(j) for j in np.argsort(-np.abs(contrib), kind="stable")[:WHY_TERMS]]
             return ", ".join(f"{FEATURES[j]}={contrib[j]:+.2f}" for j in top if contrib[j] != 0.0)
 
         return why
@@ -471,6 +474,7 @@ __all__ = [
     "PRIOR_WEIGHTS",
     "REST_MASS",
     "RIDGE",
+    "WHY_TERMS",
     "CandidateIndex",
     "CandidateSource",
     "HybridRetriever",

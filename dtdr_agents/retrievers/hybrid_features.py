@@ -555,7 +555,10 @@ class HybridFeatures(ToolRetriever):
         sub-goal, no edge from the last call). `spent` gives a called tool the last request
         ranks any tool can have (its relevance to the request is spent; not the last
         candidate's, which on a small catalogue can be better than a tool BM25 does not
-        match at all): only an open sub-goal or an edge brings it back. `end_zero_shot`
+        match at all): only an open sub-goal or an edge brings it back.
+        `request_after_call` is the request's ranks after spending, at steps after the first
+        call (the prior weighs them -0.5: the request counts half once work has begun).
+        `end_zero_shot`
         (end-of-plan's row) makes end-of-plan's probability under
         the prior weights the zero-shot stop rule's (`stop_probability`).
         """
@@ -570,6 +573,8 @@ class HybridFeatures(ToolRetriever):
         request = x[:n_c, _F["bm25_rank"]] + x[:n_c, _F["dense_rank"]]
         worst = -2.0 * np.log1p(max(n_c, self.candidates))  # the last rank by both
         x[:n_c, _F["spent"]] = np.where(called, worst - request, 0.0)
+        if history:  # the request's ranks after spending (the prior weighs them -0.5)
+            x[:n_c, _F["request_after_call"]] = np.where(called, worst, request)
         fused = x[:n_c] @ _PRIOR
         p_end = min(max(stop_probability(qs.n_goals, len(history)), 1e-9), 1.0 - 1e-9)
         top = float(fused.max()) if n_c else 0.0
