@@ -456,3 +456,20 @@ def test_edge_ranks_share_ties_and_put_tools_without_an_edge_last():
 
     np.testing.assert_array_equal(edge_ranks(np.array([0.5, 0.0, 1.5, 0.5])), [1, 2, 0, 1])
     np.testing.assert_array_equal(edge_ranks(np.zeros(3)), [0, 0, 0])  # no evidence
+
+
+def test_step_dtdr_l_probabilities_equal_the_full_product(fitted, demo_data, demo_split):
+    """The kept query block, skipped zero blocks and the one-call merge change no probability."""
+    from dtdr_agents.retrievers.scores import softmax
+
+    _, test = demo_split
+    query = test[0].query
+    tools = list(demo_data.tools.names)
+    qs = fitted._query_state(query)
+    for history in [(), tuple(tools[:1]), tuple(tools[1:3]), tuple(tools[:4]), tuple(tools[:6])]:
+        got = fitted._linear_probs(qs, history)
+        assert got is not None
+        x = fitted.linear_._structured(qs.qvec[None, :], [history])[0]
+        for probs, model in zip(got, (fitted.linear_, fitted.linear_fine_), strict=True):
+            want = softmax(model.weight_ @ x + model.bias_)
+            np.testing.assert_allclose(probs, want, rtol=1e-4, atol=1e-7)
