@@ -85,3 +85,28 @@ def test_scale_json_holds_every_size(tmp_path, shared_datasets):
         for key in ("fit_s", "index_s", "graph_s", "rank_ms_p50", "rank_ms_p99", "peak_rss_mb"):
             assert figures[key] > 0
     assert sizes["8000"]["n_real_tools"] > 5000  # Seal-Tools plus ToolRet
+
+
+def test_scale_table_shows_the_graph_build_and_reads_older_files():
+    from dtdr_agents.evaluation.docsync import render_scale
+
+    row = {
+        "n_tools": 10,
+        "n_real_tools": 10,
+        "n_demos": 5,
+        "index": "exact",
+        "fit_s": 1.0,
+        "index_s": 0.0,
+        "rank_ms_p50": 0.5,
+        "rank_ms_p99": 0.9,
+        "peak_rss_mb": 100.0,
+    }
+    data = {
+        "machine": {"cpus": 2},
+        "encoder": "tfidf",
+        "sizes": {"10": row, "20": {**row, "graph_s": 0.25, "graph_edges": 7}},
+    }
+    table = render_scale(data, "scale.json").splitlines()
+    assert "graph_s" in table[0] and "graph_edges" in table[0]
+    assert table[2].startswith("| 10 |") and "| - | - |" in table[2]  # written before graph_s
+    assert "| 0.250 | 7 |" in table[3]
