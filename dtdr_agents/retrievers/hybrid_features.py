@@ -129,10 +129,14 @@ class HybridFeatures(ToolRetriever):
     _graph_cache: ToolGraph | None = field(init=False, default=None)
     _successor_rows: dict[str, np.ndarray] = field(init=False, default_factory=dict)
     # (the DTDR-L models, their weights in contiguous column blocks): `_linear_blocks`
-    _linear_cut: tuple[tuple[object, object], list[list[tuple[slice, np.ndarray]]]] | None = field(
-        init=False, default=None
-    )
-    _linear_cut_one: list[np.ndarray] | None = field(init=False, default=None)
+    _linear_cut: (
+        tuple[
+            tuple[object, object],
+            list[list[tuple[slice, np.ndarray]]],
+            list[np.ndarray] | None,
+        ]
+        | None
+    ) = field(init=False, default=None)
     _graph_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(init=False, default=None)
     _graph_for: Toolset | None = field(init=False, default=None)
     _plans: LRUCache[str, tuple[tuple[str, ...] | None, str]] | None = field(
@@ -387,7 +391,7 @@ class HybridFeatures(ToolRetriever):
         models = (self.linear_, self.linear_fine_)
         x = self.linear_._structured(qs.qvec[None, :], [history])[0]
         dim = len(qs.qvec)
-        blocks = self._linear_blocks(dim)
+        blocks, merged = self._linear_blocks(models, dim)
         kept = qs.linear_query
         if kept is None or kept[0][0] is not models[0] or kept[0][1] is not models[1]:
             q = x[:dim]  # the query's block is the same at every step: once per query
@@ -397,32 +401,33 @@ class HybridFeatures(ToolRetriever):
         out = [logits.copy() for logits in kept[1]]
         # The history's blocks, skipping the zero ones (positions a short history lacks).
         # After one call the mean of the calls is the last call: one product, not two.
-        one_call = len(history) == 1 and self._linear_cut_one is not None
+        one_call = len(history) == 1 and merged is not None
         mean_at = self.linear_._positions + 1  # [query | last | ... | mean | flags, length]
         for i, (total, model_blocks) in enumerate(zip(out, blocks, strict=True)):
             for j, (block, weight) in enumerate(model_blocks[1:], start=1):
                 if one_call and j in (1, mean_at):
                     if j == 1:
-                        assert self._linear_cut_one is not None
-                        total += self._linear_cut_one[i] @ x[block]
+                        assert merged is not None
+                        total += merged[i] @ x[block]
                 elif x[block].any():
                     total += weight @ x[block]
         return softmax(out[0]), softmax(out[1])
 
-    def _linear_blocks(self, dim: int) -> list[list[tuple[slice, np.ndarray]]]:
-        """Each DTDR-L model's weights cut into contiguous column blocks of `dim` (kept).
+    def _linear_blocks(
+        self, models: tuple[DTDRL, DTDRL], dim: int
+    ) -> tuple[list[list[tuple[slice, np.ndarray]]], list[np.ndarray] | None]:
+        """The two DTDR-L `models`' weights cut into contiguous column blocks of `dim` (kept).
 
         A block of a row-major weight matrix is a strided view that the product would copy at
         every step; contiguous copies, made once per fitted model, are read as they are. Also
-        kept: the last call's block plus the mean's (`_linear_cut_one`), for a step after one
-        call, where the two are the same vector.
+        returned: each model's last-call block plus its mean block (None if the layout has no
+        such pair), for a step after one call, where the two are the same vector. All are kept
+        in one tuple with the models they came from, so a refit never mixes them.
         """
-        models = (self.linear_, self.linear_fine_)
         kept = self._linear_cut
         if kept is None or kept[0][0] is not models[0] or kept[0][1] is not models[1]:
             cut = []
             for m in models:
-                assert m is not None
                 width = m.weight_.shape[1]
                 cut.append(
                     [
@@ -430,15 +435,15 @@ class HybridFeatures(ToolRetriever):
                         for sl in (slice(a, min(a + dim, width)) for a in range(0, width, dim))
                     ]
                 )
-            kept = ((models[0], models[1]), cut)
-            self._linear_cut = kept
-            mean_at = models[0]._positions + 1 if models[0] is not None else 0
-            self._linear_cut_one = (
+            mean_at = models[0]._positions + 1
+            merged = (
                 [np.ascontiguousarray(c[1][1] + c[mean_at][1]) for c in cut]
                 if all(len(c) > mean_at and c[1][1].shape == c[mean_at][1].shape for c in cut)
                 else None
             )
-        return kept[1]
+            kept = ((models[0], models[1]), cut, merged)
+            self._linear_cut = kept
+        return kept[1], kept[2]
 
     def _step_features(self, query: str, history: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(candidate labels, feature matrix) of one step; end-of-plan is the last candidate."""
