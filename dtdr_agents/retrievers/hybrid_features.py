@@ -405,12 +405,10 @@ class HybridFeatures(ToolRetriever):
         mean_at = self.linear_._positions + 1  # [query | last | ... | mean | flags, length]
         for i, (total, model_blocks) in enumerate(zip(out, blocks, strict=True)):
             for j, (block, weight) in enumerate(model_blocks[1:], start=1):
-                if one_call and j in (1, mean_at):
-                    if j == 1:
-                        assert merged is not None
-                        total += merged[i] @ x[block]
-                elif x[block].any():
-                    total += weight @ x[block]
+                if one_call and j == mean_at:
+                    continue  # folded into the last call's block
+                if x[block].any():
+                    total += (merged[i] if one_call and merged and j == 1 else weight) @ x[block]
         return softmax(out[0]), softmax(out[1])
 
     def _linear_blocks(
