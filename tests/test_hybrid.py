@@ -304,6 +304,55 @@ def test_request_clauses_split_sub_goals():
     assert len(hybrid.request_clauses(". ".join(["say hello there"] * 40), limit=5)) == 5
 
 
+def test_zero_demonstrations_do_not_stop_while_a_sub_goal_takes_the_last_output(encoder):
+    """One sub-goal and one call: the count says stop, but when the sub-goal's best tool is
+    not called yet and takes what the last call produced (an edge of the graph), it does not."""
+    from dtdr_agents.foundation.clauses import stop_probability
+
+    tools = Toolset(
+        [
+            Tool("fetch_page", "Download a web page"),
+            Tool("summarize_text", "Summarize a text in a few lines"),
+            Tool("weather_lookup", "Current weather forecast for a city"),
+        ]
+    )
+    query = "Summarize the text of the web page https://example.org in a few lines"
+    history = ("fetch_page",)
+    feeds = HybridRetriever(encoder=encoder, graph=[["fetch_page", "summarize_text"]])
+    ranked = feeds.fit([], tools).rank(query, history)
+    assert ranked.top(1)[0].name == "summarize_text"
+    assert ranked.probability(END_OF_PLAN) == pytest.approx(stop_probability(1, 0))
+    # no edge from the last call to the sub-goal's tool: the count decides
+    other = HybridRetriever(encoder=encoder, graph=[["summarize_text", "fetch_page"]])
+    done = other.fit([], tools).rank(query, history)
+    assert done.probability(END_OF_PLAN) == pytest.approx(stop_probability(1, 1))
+    assert done.top(1)[0].name == END_OF_PLAN
+    # the sub-goal's tool already called: done either way
+    both = feeds.rank(query, ("fetch_page", "summarize_text"))
+    assert both.probability(END_OF_PLAN) == pytest.approx(stop_probability(1, 2))
+
+
+def test_a_clause_that_states_what_the_user_has_is_no_sub_goal():
+    from dtdr_agents.foundation.clauses import sub_goals
+
+    query = (
+        "I have an image 'example.jpg', a photo of a street. "
+        "Please detect the cars in it, then describe the scene in a caption"
+    )
+    assert len(hybrid.request_clauses(query)) == 4
+    # the context and its argument ("a photo of a street") are no sub-goals
+    assert sub_goals(query) == ["Please detect the cars in it", "describe the scene in a caption"]
+    assert sub_goals("Given the text 'It rains.', translate it into French") == [
+        "translate it into French"
+    ]
+    assert sub_goals("The document: 'Q3 sales', summarize it in one line") == [
+        "summarize it in one line"
+    ]
+    # a question asks for an answer; a request of context alone is its one sub-goal
+    assert len(sub_goals("I have a question: 'Who wrote it?', and translate it into French")) == 2
+    assert sub_goals("I have an image 'example.jpg'") == ["I have an image 'example.jpg'"]
+
+
 def test_sub_goals_merge_clauses_that_only_add_an_argument():
     from dtdr_agents.foundation.clauses import sub_goals, zero_shot_stop_probability
 

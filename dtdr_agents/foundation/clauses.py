@@ -57,20 +57,36 @@ _CONTINUATION = re.compile(
 )
 
 
+_CONTEXT = re.compile(
+    r"""^(?!.*\bquestions?\b)(?:(?:so|and|also|now),?\s+)?
+    (?:(?:i|we)\s+(?:have|had|got|own)\b|(?:i|we)'ve\s+got\b|given\b|here\s+(?:is|are)\b|
+    there\s+(?:is|are)\b|the\s+(?:document|text|file|image|audio|video|passage|article|table)
+    \s*(?:is\s*)?[:'"`])""",
+    re.IGNORECASE | re.VERBOSE,
+)
+"""A clause that states what the user has ("I have an image 'example.jpg'", "Given the text
+'...'", "The document: '...'") rather than asking for something ("I have a question: '...'"
+asks for an answer)."""
+
+
 def sub_goals(query: str, limit: int = MAX_CLAUSES) -> list[str]:
-    """The request's clauses with the ones that only add an argument merged into the one before.
+    """The request's clauses that ask for something, arguments merged into the clause before.
 
     A clause that opens with an article, a preposition, a number or a quote ("an allowance of
     500", "'Los Angeles' using driving mode") continues the clause before it (a list of
-    arguments split on "and" or a comma) rather than stating a new sub-goal.
+    arguments split on "and" or a comma) rather than stating a new sub-goal. A clause that
+    only states what the user has (`_CONTEXT`: "I have an audio file 'example.wav'") is no
+    sub-goal, and neither are its arguments; a request of nothing else is its one sub-goal.
     """
     goals: list[str] = []
+    context = False  # the clause before stated context (its arguments are context too)
     for clause in request_clauses(query, limit):
-        if goals and _CONTINUATION.match(clause):
-            goals[-1] = f"{goals[-1]}, {clause}"
-        else:
+        if _CONTINUATION.match(clause) and (context or goals):
+            if not context:
+                goals[-1] = f"{goals[-1]}, {clause}"
+        elif not (context := bool(_CONTEXT.match(clause))):
             goals.append(clause)
-    return goals
+    return goals or [query]
 
 
 ZERO_SHOT_SLOPE = 4.0
