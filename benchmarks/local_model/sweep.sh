@@ -7,6 +7,7 @@
 #   bash benchmarks/local_model/sweep.sh --dry-run       # calls and prompt tokens, offline
 #   bash benchmarks/local_model/sweep.sh --replay        # the figures again, from the caches
 #   bash benchmarks/local_model/sweep.sh --dataset sealtools   # one dataset only
+#   bash benchmarks/local_model/sweep.sh --retrievers none,bm25 # some cells first (no report)
 #
 # Every answered step is appended (and fsync'ed) to docs/results/e2e_<dataset>_qwen1.5b.json
 # .steps.jsonl before the next is counted; run the same command again after an interruption and
@@ -28,6 +29,8 @@ TEST_PLANS=60
 MAX_PROMPT_TOKENS=7680          # n_ctx 8192 less the 512-token answer budget (--max-tokens)
 MODE="run"
 DATASETS="taskbench_hf sealtools"
+ALL_RETRIEVERS="none,bm25,dtdr-l-s,hybrid,hybrid@0demos"
+RETRIEVERS="$ALL_RETRIEVERS"
 
 usage() {
     cat <<EOF
@@ -36,6 +39,9 @@ Usage: bash benchmarks/local_model/sweep.sh [--dry-run | --replay] [--dataset ta
   --dry-run     count the calls and prompt tokens offline (no endpoint), cached steps apart
   --replay      no endpoint: rebuild the reports from the step caches alone
   --dataset D   only this dataset (default: taskbench_hf, then sealtools)
+  --retrievers R
+                only these of the retrievers (comma-separated): their steps go into the
+                same caches, but no report is written (the report needs every cell)
 
 Environment: DTDR_BASE_URL (default $BASE_URL), DTDR_SHARED_DATASETS (default $SHARED).
 Settings: $TEST_PLANS test plans (TaskBench-HF: the first of its seeded split; Seal-Tools:
@@ -51,6 +57,7 @@ while [ $# -gt 0 ]; do
         --dry-run) MODE="dry-run"; shift ;;
         --replay) MODE="replay"; shift ;;
         --dataset) DATASETS="${2:?--dataset needs a value}"; shift 2 ;;
+        --retrievers) RETRIEVERS="${2:?--retrievers needs a value}"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) usage >&2; echo "sweep.sh: error: unknown option: $1" >&2; exit 2 ;;
     esac
@@ -63,9 +70,12 @@ run() {  # run NAME DATASET-AND-SUBSET-ARGS...
     local name="$1"; shift
     local json="$OUT/e2e_${name}_qwen1.5b.json"
     local steps="$json.steps.jsonl"
+    local report=(--json "$json")
+    # a subset of the cells fills the cache only: a report of part of the table is not written
+    [ "$RETRIEVERS" = "$ALL_RETRIEVERS" ] || report=()
     local args=(
         e2e "$@"
-        --retrievers none,bm25,dtdr-l-s,hybrid,hybrid@0demos
+        --retrievers "$RETRIEVERS"
         --modes no_icl,hard_weighted
         --model "$MODEL"
         --max-prompt-tokens "$MAX_PROMPT_TOKENS"
@@ -78,11 +88,11 @@ run() {  # run NAME DATASET-AND-SUBSET-ARGS...
         dry-run)
             dtdr-agents "${args[@]}" --dry-run -q || rc=$? ;;
         replay)
-            dtdr-agents "${args[@]}" --replay --json "$json" || rc=$? ;;
+            dtdr-agents "${args[@]}" --replay "${report[@]}" || rc=$? ;;
         run)
             dtdr-agents "${args[@]}" --base-url "$BASE_URL" --tool-choice required \
                 --concurrency 1 --timeout 900 --max-tokens 512 --max-retries 2 \
-                --json "$json" || rc=$? ;;
+                "${report[@]}" || rc=$? ;;
     esac
     echo "[sweep] $(date -u +%FT%TZ) $name: exit $rc" >&2
     [ "$rc" = 0 ] || STATUS=1
