@@ -407,3 +407,31 @@ def test_cli_stops_when_the_server_dies(
     err = capsys.readouterr().err
     assert "is unreachable" in err and "run the same command again to resume" in err
     assert len(StepCache(steps)) == answered == 4
+
+
+def test_a_run_renders_as_a_generated_block_and_a_dry_run_is_refused(
+    split: tuple[Dataset, Dataset], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README's Table 3 is generated from the run's JSON (`<!-- results: e2e FILE -->`)."""
+    argv = [*BASE, "--retrievers", "none,bm25", "--modes", "no_icl,hard_weighted"]
+    argv += ["--model", "scripted+constrain-on"]
+    with OpenAIChatServer(Scripted(split[1])) as server:
+        live = [*argv, "--base-url", server.base_url, "--json", str(tmp_path / "e.json")]
+        assert cli.main(live) == 0
+    assert cli.main([*argv, "--dry-run", "--json", str(tmp_path / "dry.json")]) == 0
+    doc = tmp_path / "doc.md"
+    doc.write_text("# Table 3\n\n<!-- results: e2e e.json -->\nold\n<!-- /results -->\n")
+    report = ["report", str(tmp_path), "--docs", str(doc)]
+    assert cli.main([*report, "--write"]) == 0
+    text = doc.read_text()
+    run = json.loads((tmp_path / "e.json").read_text())
+    fsa = cell(run, "bm25", "hard_weighted")["intervals"]["fsa"]
+    assert "model `scripted+constrain-on`" in text
+    assert f"| bm25 | hard_weighted | 28 | {100 * fsa['value']:.1f} [" in text
+    assert "| bm25/hard_weighted | none/no_icl |" in text  # the paired comparison
+    assert run["provenance"]["command"] in text
+    capsys.readouterr()
+    assert cli.main([*report, "--check"]) == 0
+    doc.write_text(text.replace("e2e e.json", "e2e dry.json"))
+    assert cli.main([*report, "--check"]) == 2
+    assert "dry.json: field dry_run" in capsys.readouterr().err

@@ -9,9 +9,10 @@ name what generates it::
 
 Kinds: ``table FILE`` (one bench or demo report: every retriever, the paired comparisons),
 ``curve FILE`` (its learning curve), ``headline FILE ...`` (`hybrid` against the best other
-retriever of each run), ``scale FILE`` (the large-catalogue benchmark) and ``speed FILE``
-(`dtdr-agents speed`). FILE is relative to
-the results folder. Every JSON is validated first (protocol, required fields, at least
+retriever of each run), ``scale FILE`` (the large-catalogue benchmark), ``speed FILE``
+(`dtdr-agents speed`) and ``e2e FILE`` (an end-to-end run with a real model: its figures
+with their intervals, the paired comparisons and the targets). FILE is relative to the
+results folder. Every JSON is validated first (protocol, required fields, at least
 `MIN_SEEDS` seeds); a bad one names the file and the field, and nothing is written.
 """
 
@@ -146,6 +147,49 @@ def _validated(path: Path, schema: type[BaseModel]) -> dict[str, Any]:
     except ValidationError as exc:
         raise _field_error(path, exc) from exc
     return data
+
+
+class _E2EResult(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    retriever: str
+    mode: str
+    intervals: dict[str, Any]
+
+
+class _E2EReport(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    kind: Literal["e2e"]
+    dry_run: Literal[False]
+    dataset: str
+    n_test: int
+    n_steps: int
+    n_tools: int
+    model: str
+    provenance: _Provenance
+    results: list[_E2EResult]
+
+
+def load_e2e(path: Path) -> dict[str, Any]:
+    """A validated `dtdr-agents e2e ... --json` report of a run (not a dry run)."""
+    return _validated(path, _E2EReport)
+
+
+def render_e2e(report: Mapping[str, Any], name: str) -> str:
+    """An end-to-end run: the model, its figures with intervals, comparisons and targets."""
+    from dtdr_agents.evaluation.e2e.report import interval_tables
+
+    prov = report["provenance"]
+    lines = [
+        f"{report['dataset']}: {report['n_test']} test plans ({report['n_steps']} steps), "
+        f"{report['n_tools']} tools, {report.get('n_train', '?')} demonstrations; model "
+        f"`{report['model']}`; prompt tokens counted with "
+        f"{(report.get('token_counter') or {}).get('name', '?')}.",
+        *interval_tables(report),
+        "",
+        f"`{name}`: `{prov['command']}` (version {prov['version']}, commit "
+        f"{str(prov['commit'])[:7]}, {prov['cpu_count']} cores).",
+    ]
+    return "\n".join(lines)
 
 
 def load_scale(path: Path) -> dict[str, Any]:
@@ -313,10 +357,12 @@ def render(spec: str, results_dir: Path, *, where: str, min_seeds: int = MIN_SEE
         body = render_scale(load_scale(paths[0]), files[0])
     elif kind == "speed" and len(paths) == 1:
         body = render_speed(load_speed(paths[0]), files[0])
+    elif kind == "e2e" and len(paths) == 1:
+        body = render_e2e(load_e2e(paths[0]), files[0])
     else:
         raise ResultsError(
             f"{where}: marker '{spec}': kind must be 'table FILE', 'curve FILE', "
-            "'headline FILE ...', 'scale FILE' or 'speed FILE'"
+            "'headline FILE ...', 'scale FILE', 'speed FILE' or 'e2e FILE'"
         )
     return body + "\n"
 

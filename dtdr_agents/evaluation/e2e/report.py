@@ -83,7 +83,7 @@ def format_e2e_markdown(report: Mapping[str, Any]) -> str:
                 "SR with arguments is not scored: this dataset's test plans do not record "
                 "arguments (TaskBench copies without them, for example)."
             )
-        parts.extend(_interval_tables(report))
+        parts.extend(interval_tables(report))
         parts.append("")
         parts.append(_pivot(results))
         failures = _failures(results)
@@ -114,7 +114,7 @@ def _ci(figure: Mapping[str, Any] | None, scale: float = 100.0, digits: int = 1)
     return text
 
 
-def _interval_tables(report: Mapping[str, Any]) -> list[str]:
+def interval_tables(report: Mapping[str, Any]) -> list[str]:
     """The figures with their bootstrap intervals, the paired comparisons and the targets."""
     results: Sequence[Mapping[str, Any]] = report.get("results") or []
     if not any(r.get("intervals") for r in results):
@@ -325,4 +325,4 @@ def plot_e2e(report: Mapping[str, Any], path: str | Path) -> Path:
     return atomic_write_bytes(path, buffer.getvalue())
 
 
-__all__ = ["format_e2e_markdown", "plot_e2e"]
+__all__ = ["format_e2e_markdown", "interval_tables", "plot_e2e"]
