@@ -7,7 +7,7 @@ import pytest
 
 from dtdr_agents.evaluation.protocol import fit_and_evaluate
 from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Tool, Toolset
-from dtdr_agents.retrievers import hybrid
+from dtdr_agents.retrievers import hybrid, hybrid_features
 from dtdr_agents.retrievers.baselines import BM25Retriever
 from dtdr_agents.retrievers.dtdr_c import DTDRC
 from dtdr_agents.retrievers.hybrid import FEATURES, HybridRetriever
@@ -304,7 +304,9 @@ def test_request_clauses_split_sub_goals():
     assert len(hybrid.request_clauses(". ".join(["say hello there"] * 40), limit=5)) == 5
 
 
-def test_zero_demonstrations_do_not_stop_while_a_sub_goal_takes_the_last_output(encoder):
+def test_zero_demonstrations_do_not_stop_while_a_sub_goal_takes_the_last_output(
+    encoder, monkeypatch
+):
     """One sub-goal and one call: the count says stop, but when the sub-goal's best tool is
     not called yet and takes what the last call produced (an edge of the graph), it does not."""
     from dtdr_agents.foundation.clauses import stop_probability
@@ -330,6 +332,11 @@ def test_zero_demonstrations_do_not_stop_while_a_sub_goal_takes_the_last_output(
     # the sub-goal's tool already called: done either way
     both = feeds.rank(query, ("fetch_page", "summarize_text"))
     assert both.probability(END_OF_PLAN) == pytest.approx(stop_probability(1, 2))
+    # a call that matches the sub-goal within the margin of its best tool has done it
+    monkeypatch.setattr(hybrid_features, "DONE_MARGIN", 1.0)
+    fresh = HybridRetriever(encoder=encoder, graph=[["fetch_page", "summarize_text"]])
+    done_by_call = fresh.fit([], tools).rank(query, history)
+    assert done_by_call.probability(END_OF_PLAN) == pytest.approx(stop_probability(1, 1))
 
 
 def test_a_clause_that_states_what_the_user_has_is_no_sub_goal():

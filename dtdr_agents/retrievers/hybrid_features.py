@@ -54,6 +54,12 @@ PLAN_SEARCH_K = 5
 PLANS_KEPT = 4096
 """Requests whose planned sub-goals are kept (least recently used dropped first)."""
 
+DONE_MARGIN = 0.05
+"""A call made does a sub-goal when it matches it within this cosine of the sub-goal's best
+candidate (`_pending`: such a sub-goal holds no stop back). Zero demonstrations, seed 0, stop
+recall / END first at tool steps: TaskBench-HF 0.704 / 0.089 with no margin, 0.772 / 0.098 at
+0.05, 0.801 / 0.101 at 0.1; NESTFUL 0.774 / 0.024, 0.790 / 0.030, 0.806 / 0.036."""
+
 GIVEN_GRAPH_SCALE = 2.0
 """A given graph's `graph_rank` counts this many times a derived one's.
 
@@ -661,17 +667,24 @@ class HybridFeatures(ToolRetriever):
         """Whether a sub-goal still asks for a tool that takes the last call's output.
 
         That is a tool not called yet, with an edge from the last call, that is the best
-        candidate for one of the sub-goals: then the plan is not done, whatever the count.
+        candidate for a sub-goal no call has done yet (a sub-goal is done when a call made
+        matches it within `DONE_MARGIN` of its best candidate): then the plan is not done,
+        whatever the count.
         """
         if not history or qs.goals is None or not self._tool_graph().has(history[-1]):
             return False
         assert self.tool_embeddings_ is not None
-        consumes = self._successor_row(history[-1])[cands] > 0
-        if not (consumes & ~called).any():
+        waiting = (self._successor_row(history[-1])[cands] > 0) & ~called
+        if not waiting.any():
             return False
         sims = self.tool_embeddings_[cands] @ qs.goals.T  # (candidates, sub-goals)
-        best = sims >= sims.max(axis=0, keepdims=True)
-        return bool((best.any(axis=1) & consumes & ~called).any())
+        top = sims.max(axis=0)
+        rows = [r for r in (self._label_index.get(h, -1) for h in history) if r >= 0]
+        rows = [r for r in rows if r < len(self.fit_tools_)]
+        if rows:  # the sub-goals a call made already does are not waiting
+            done = (self.tool_embeddings_[rows] @ qs.goals.T).max(axis=0) >= top - DONE_MARGIN
+            top = np.where(done, np.inf, top)
+        return bool(((sims >= top).any(axis=1) & waiting).any())
 
     def _tool_graph(self) -> ToolGraph:
         """The dependency graph over the current catalogue (given, or derived; built once).
@@ -760,6 +773,7 @@ class HybridFeatures(ToolRetriever):
 
 __all__ = [
     "CHAIN_EPS",
+    "DONE_MARGIN",
     "GIVEN_GRAPH_SCALE",
     "KNN",
     "KNN_TEMPERATURE",
