@@ -94,6 +94,20 @@ def test_save_and_load_give_the_same_ranking(fitted, demo_split, tmp_path):
         a = fitted.rank(demo.query, demo.calls[:t])
         b = back.rank(demo.query, demo.calls[:t])
         assert np.allclose(a.probabilities, b.probabilities, atol=1e-9)
+    # a model fitted when its features meant something else is refused, not loaded
+    import json
+
+    from dtdr_agents.foundation.errors import ModelLoadError
+    from dtdr_agents.foundation.manifest import manifest_digest
+
+    manifest_path = tmp_path / "hybrid" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["state"]["feature_revision"] == hybrid.FEATURE_REVISION
+    manifest["state"]["feature_revision"] = hybrid.FEATURE_REVISION - 1
+    manifest["integrity"]["manifest_sha256"] = manifest_digest(manifest)  # as a real save
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(ModelLoadError, match="feature_revision 1 is not this version's 2"):
+        HybridRetriever.load(tmp_path / "hybrid", encoder=fitted.encoder_)
 
 
 def test_zero_demonstrations_is_pure_zero_shot_and_demonstrations_help(

@@ -52,6 +52,7 @@ from dtdr_agents.retrievers.base import Scores, ToolRetriever, softmax
 from dtdr_agents.retrievers.bm25 import BM25Retriever
 from dtdr_agents.retrievers.dtdr_c import DTDRC
 from dtdr_agents.retrievers.hybrid_combiner import (
+    FEATURE_REVISION,
     FEATURES,
     PRIOR_WEIGHTS,
     RIDGE,
@@ -371,7 +372,12 @@ class HybridRetriever(HybridFeatures):
     # -------------------------------------------------------------------------- persistence
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         index_cfg, index_arrays = self.index_.state()
-        state: dict[str, Any] = {"cv": self.cv_, "index": index_cfg, "features": list(FEATURES)}
+        state: dict[str, Any] = {
+            "cv": self.cv_,
+            "index": index_cfg,
+            "features": list(FEATURES),
+            "feature_revision": FEATURE_REVISION,
+        }
         arrays: dict[str, np.ndarray] = {
             "weights": self.weights_,
             "tool_counts": self.tool_counts_,
@@ -406,6 +412,13 @@ class HybridRetriever(HybridFeatures):
             raise ModelLoadError(
                 "hybrid state: its combiner features differ from this version's "
                 f"({features} vs {list(FEATURES)}); fit the model again"
+            )
+        revision = state.get("feature_revision")
+        if revision != FEATURE_REVISION:
+            raise ModelLoadError(
+                f"hybrid state: feature_revision {revision} is not this version's "
+                f"{FEATURE_REVISION} (its features meant something else when it was fitted, "
+                "so its weights would rank differently); fit the model again"
             )
         if self.tool_counts_.shape != (len(self.labels_),):
             raise ModelLoadError("corrupt hybrid state: tool_counts does not match the catalogue")
@@ -466,6 +479,7 @@ class HybridRetriever(HybridFeatures):
 __all__ = [
     "CHAIN_EPS",
     "FEATURES",
+    "FEATURE_REVISION",
     "KNN",
     "KNN_TEMPERATURE",
     "LINEAR_FINE_BATCH",

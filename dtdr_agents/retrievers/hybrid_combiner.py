@@ -58,6 +58,13 @@ FEATURES: tuple[str, ...] = (
 
 _F = {name: i for i, name in enumerate(FEATURES)}
 
+FEATURE_REVISION = 2
+"""Bumped when a feature keeps its name but changes its meaning; a saved hybrid records it.
+
+Weights fitted on the old meaning would load and rank differently, so such a model is refused
+(fit it again). 2: `end_zero_shot` follows the new sub-goal count and the graph's hold on the
+stop, and a given graph's `graph_rank` counts `GIVEN_GRAPH_SCALE` times."""
+
 PRIOR_WEIGHTS: dict[str, float] = {
     "bm25_rank": 1.0,
     "dense_rank": 1.0,
@@ -204,4 +211,4 @@ def _held_out_mrr(held: _HeldOut, weights: np.ndarray) -> dict[str, float]:
     return out
 
 
-__all__ = ["FEATURES", "PRIOR_WEIGHTS", "RIDGE"]
+__all__ = ["FEATURES", "FEATURE_REVISION", "PRIOR_WEIGHTS", "RIDGE"]
