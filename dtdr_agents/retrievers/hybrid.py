@@ -19,10 +19,9 @@ own features (the chains' end probabilities, DTDR-L's, the number of calls so fa
 With no demonstrations the weights are the zero-shot prior (`PRIOR_WEIGHTS`): BM25, dense
 similarity, the request's open sub-goals and the tool graph's edge from the last call, fused by
 rank, and the zero-shot stop rule for end-of-plan (held back while a sub-goal's best tool takes
-the last call's output). That prior is the zero-shot model itself, not
-a weaker one. With few demonstrations the combiner is pulled towards it (a penalty on how much
-the weights change the scores), so the hybrid moves from zero-shot to learned as
-demonstrations arrive.
+the last call's output). That prior is the zero-shot model itself, not a weaker one. With few
+demonstrations the combiner is pulled towards it (a penalty on how much the weights change the
+scores), so the hybrid moves from zero-shot to learned as demonstrations arrive.
 
 Large catalogues: the step's candidates are the top tools by BM25 and by dense similarity
 (`dtdr_agents.retrievers.index.CandidateIndex`: exact up to a threshold, HNSW beyond), the chains'

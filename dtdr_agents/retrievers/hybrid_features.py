@@ -606,11 +606,7 @@ class HybridFeatures(ToolRetriever):
             return
         n_c = len(cands)
         x[:n_c, _F["clause_rel"]] = sims.max(axis=1)
-        rows = [
-            r
-            for r in (self._label_index.get(h, -1) for h in history)
-            if 0 <= r < len(self.fit_tools_)
-        ]
+        rows = self._embedded_rows(history)
         covered = (
             (self.tool_embeddings_[rows] @ qs.clauses.T).max(axis=0)
             if rows
@@ -661,6 +657,11 @@ class HybridFeatures(ToolRetriever):
         log_mass = top + float(np.log(np.exp(fused - top).sum())) if n_c else 0.0
         x[n_c, _F["end_zero_shot"]] = float(np.log(p_end / (1.0 - p_end))) + log_mass
 
+    def _embedded_rows(self, history: tuple[str, ...]) -> list[int]:
+        """The calls' rows in the fit catalogue, in order (a tool added after fit has none)."""
+        rows = (self._label_index.get(h, -1) for h in history)
+        return [r for r in rows if 0 <= r < len(self.fit_tools_)]
+
     def _pending(
         self, qs: _QueryState, history: tuple[str, ...], cands: np.ndarray, called: np.ndarray
     ) -> bool:
@@ -679,8 +680,7 @@ class HybridFeatures(ToolRetriever):
             return False
         sims = self.tool_embeddings_[cands] @ qs.goals.T  # (candidates, sub-goals)
         top = sims.max(axis=0)
-        rows = [r for r in (self._label_index.get(h, -1) for h in history) if r >= 0]
-        rows = [r for r in rows if r < len(self.fit_tools_)]
+        rows = self._embedded_rows(history)
         if rows:  # the sub-goals a call made already does are not waiting
             done = (self.tool_embeddings_[rows] @ qs.goals.T).max(axis=0) >= top - DONE_MARGIN
             top = np.where(done, np.inf, top)
@@ -759,10 +759,9 @@ class HybridFeatures(ToolRetriever):
         assert self.tool_embeddings_ is not None
         goals = qs.clauses if qs.clauses is not None else qs.qvec[None, :]
         open_ = np.ones(len(goals), dtype=bool)
-        for h in history:
-            row = self._label_index.get(h, -1)
-            if not 0 <= row < len(self.fit_tools_) or not open_.any():
-                continue
+        for row in self._embedded_rows(history):
+            if not open_.any():
+                break
             sims = goals @ self.tool_embeddings_[row]
             sims[~open_] = -np.inf
             open_[int(np.argmax(sims))] = False
