@@ -106,7 +106,7 @@ def test_save_and_load_give_the_same_ranking(fitted, demo_split, tmp_path):
     manifest["state"]["feature_revision"] = hybrid.FEATURE_REVISION - 1
     manifest["integrity"]["manifest_sha256"] = manifest_digest(manifest)  # as a real save
     manifest_path.write_text(json.dumps(manifest))
-    with pytest.raises(ModelLoadError, match="feature_revision 1 is not this version's 2"):
+    with pytest.raises(ModelLoadError, match="feature_revision 2 is not this version's 3"):
         HybridRetriever.load(tmp_path / "hybrid", encoder=fitted.encoder_)
 
 
@@ -391,6 +391,63 @@ def test_sub_goals_merge_clauses_that_only_add_an_argument():
     # three calls cover the three sub-goals: the zero-shot rule now says stop
     assert zero_shot_stop_probability(query, 3) > 0.5 > zero_shot_stop_probability(query, 2)
     assert sub_goals("an allowance of 500 is due") == ["an allowance of 500 is due"]
+    # thanks ask for nothing
+    assert sub_goals("Get the weather in Paris. Thank you for your help!") == [
+        "Get the weather in Paris"
+    ]
+
+
+def test_a_clause_names_a_parameter_when_it_holds_its_specific_words():
+    from dtdr_agents.foundation.clauses import fills_parameter, word_stems
+
+    assert word_stems("startDate_2 of slopes") == {"start", "date", "2", "of", "slop"}
+    assert fills_parameter("slope height of 24.3 meters", ["slope_angle", "slopeHeight"])
+    assert not fills_parameter("the slope of 24 degrees", ["slope_angle"])  # "angle" missing
+    # words every tool's parameters share name none of them, and neither do numbers
+    assert fills_parameter("convert it to text", ["text"])
+    assert not fills_parameter("convert it to text", ["text"], generic={"text"})
+    assert not fills_parameter("take image 2 of them", ["image_2"], generic={"image"})
+
+
+def test_zero_demonstrations_count_no_sub_goal_for_a_call_argument(encoder):
+    """Clauses that fill parameters of the tool the clause before asks for are no sub-goals:
+    after its one call the request is done, and stop is the zero-shot rule's first choice."""
+    from dtdr_agents.foundation.clauses import stop_probability
+
+    def tool(name: str, description: str, *params: str) -> Tool:
+        props = {p: {"type": "number"} for p in params}
+        return Tool(name, description, {"type": "object", "properties": props})
+
+    tools = Toolset(
+        [
+            tool(
+                "getSlopeStability",
+                "Slope stability analysis of a site",
+                "slope_angle",
+                "slope_height",
+                "water_content",
+            ),
+            tool("getWeather", "Current weather forecast for a city", "city"),
+            tool("convertCurrency", "Convert an amount between currencies", "amount"),
+        ]
+    )
+    query = (
+        "Get the slope stability analysis for a site with a slope angle of 34.2 degrees, "
+        "slope height of 24.3 meters, water content of 33.9%"
+    )
+    from dtdr_agents.foundation.clauses import sub_goals
+
+    assert len(sub_goals(query)) == 3
+    model = HybridRetriever(encoder=encoder).fit([], tools)
+    ranked = model.rank(query, ("getSlopeStability",))
+    assert ranked.probability(END_OF_PLAN) == pytest.approx(stop_probability(1, 1))
+    assert ranked.top(1)[0].name == END_OF_PLAN
+    # a clause that names no parameter of that tool still asks for a call
+    two = (
+        "Get the slope stability analysis with a slope angle of 34.2, then get the weather in Oslo"
+    )
+    after_one = model.rank(two, ("getSlopeStability",))
+    assert after_one.probability(END_OF_PLAN) == pytest.approx(stop_probability(2, 1))
 
 
 def test_a_quoted_value_is_never_split_into_sub_goals():

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 
 MAX_CLAUSES = 16
 """Clauses of a request kept (the first ones)."""
@@ -60,13 +62,14 @@ _CONTINUATION = re.compile(
 _CONTEXT = re.compile(
     r"""^(?!.*\bquestions?\b)(?:(?:so|and|also|now),?\s+)?
     (?:(?:i|we)\s+(?:have|had|got|own)\b|(?:i|we)'ve\s+got\b|given\b|here\s+(?:is|are)\b|
+    thanks?\b|thank\s+you\b|
     there\s+(?:is|are)\b|the\s+(?:document|text|file|image|audio|video|passage|article|table)
     \s*(?:is\s*)?[:'"`])""",
     re.IGNORECASE | re.VERBOSE,
 )
 """A clause that states what the user has ("I have an image 'example.jpg'", "Given the text
-'...'", "The document: '...'") rather than asking for something ("I have a question: '...'"
-asks for an answer)."""
+'...'", "The document: '...'") or thanks ("Thank you for your help.") rather than asking for
+something ("I have a question: '...'" asks for an answer)."""
 
 
 def sub_goals(query: str, limit: int = MAX_CLAUSES) -> list[str]:
@@ -87,6 +90,42 @@ def sub_goals(query: str, limit: int = MAX_CLAUSES) -> list[str]:
         elif not (context := bool(_CONTEXT.match(clause))):
             goals.append(clause)
     return goals or [query]
+
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_WORD = re.compile(r"[a-z0-9]+")
+_STEM = re.compile(r"(?<=[a-z0-9]{3})(?:ing|es|ed|s)$")
+
+
+def words(text: str) -> list[str]:
+    """The lower-case words of `text` or of a name (camelCase and separators split)."""
+    return _WORD.findall(_CAMEL.sub(" ", text).lower())
+
+
+def word_stems(text: str) -> frozenset[str]:
+    """The words of `text` or of a name, lower-case, each with a last "ing", "es", "ed" or "s" cut.
+
+    camelCase and separators split a name; "starting" and "start" are one stem.
+    """
+    return frozenset(_STEM.sub("", w) for w in words(text))
+
+
+def fills_parameter(
+    clause: str, parameters: Iterable[str], generic: AbstractSet[str] = frozenset()
+) -> bool:
+    """Whether `clause` names one of `parameters` (a tool's parameter names).
+
+    It does when it holds every word of the parameter's name that is not in `generic`
+    (words so common among the catalogue's parameter names that they name none: "text",
+    "id") and no number, and the name has such a word: "slope height of 24.3 meters" names
+    ``slope_height``; "convert it to text" names no ``text``.
+    """
+    said = word_stems(clause)
+    for name in parameters:
+        specific = {w for w in word_stems(name) if not w.isdigit()} - generic  # image_2
+        if specific and specific <= said:
+            return True
+    return False
 
 
 ZERO_SHOT_SLOPE = 4.0
@@ -111,8 +150,11 @@ def zero_shot_stop_probability(query: str, n_calls: int) -> float:
 __all__ = [
     "MAX_CLAUSES",
     "ZERO_SHOT_SLOPE",
+    "fills_parameter",
     "request_clauses",
     "stop_probability",
     "sub_goals",
+    "word_stems",
+    "words",
     "zero_shot_stop_probability",
 ]

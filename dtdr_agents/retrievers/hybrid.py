@@ -173,6 +173,7 @@ class HybridRetriever(HybridFeatures):
     def _fit_hybrid(self, demos: list[Demonstration], tools: Toolset) -> None:
         assert self.tool_embeddings_ is not None
         self._reset_graph(tools)
+        self._generic_words = None  # of the fit catalogue's parameter names
         self.bm25_ = BM25Retriever()  # needs no demonstrations: index the catalogue only
         self._restore_part(self.bm25_, tools, {"vocabulary_size": None}, {})
         t0 = time.perf_counter()

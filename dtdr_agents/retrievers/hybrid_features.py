@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -18,9 +19,11 @@ from cachetools import LRUCache
 
 from dtdr_agents.foundation.clauses import (
     MAX_CLAUSES,
+    fills_parameter,
     request_clauses,
     stop_probability,
     sub_goals,
+    word_stems,
 )
 from dtdr_agents.foundation.types import Toolset
 from dtdr_agents.planning.planners import Planner, aplan_within, plan_within
@@ -68,6 +71,10 @@ descriptions, and a wrong guess is common (on Seal-Tools fewer than 3% of the ne
 follow an edge of the derived graph from the last call; on TaskBench-HF 98% follow its
 published graph). With TaskBench-HF's graph given, zero demonstrations, seeds 0 to 2:
 tool-MRR 0.6117, 0.6264, 0.6174 at 1 and 0.6259, 0.6415, 0.6288 at 2."""
+
+GENERIC_PARAMETER_SHARE = 0.05
+"""A word in the parameter names of more than this share of the catalogue's tools, and of
+more than one, ("text", "id") names no parameter (`_asking_goals`)."""
 
 SUCCESSOR_ROWS_KEPT = 1024
 """Tools whose graph edges are kept as rows over the labels (all dropped when full)."""
@@ -158,6 +165,7 @@ class HybridFeatures(ToolRetriever):
     _plans: LRUCache[str, tuple[tuple[str, ...] | None, str]] | None = field(
         init=False, default=None
     )
+    _generic_words: frozenset[str] | None = field(init=False, default=None)
 
     def _learned_bm25(self, qs: _QueryState, rows: np.ndarray) -> np.ndarray:
         """Normalised BM25 of tools the learned parts added (0 for any other tool)."""
@@ -189,6 +197,41 @@ class HybridFeatures(ToolRetriever):
         if planned is not None:
             return list(planned), list(planned)
         return (request_clauses(query) if self.clauses else []), sub_goals(query)
+
+    def _asking_goals(self, goals: list[str], vectors: np.ndarray) -> list[int]:
+        """The sub-goals that ask for a call: not the ones that only give an argument.
+
+        A sub-goal that names a parameter (`fills_parameter`) of the tool that best matches
+        the asking sub-goal before it ("Get the slope stability ... with a slope angle of
+        34.2 degrees", then "slope height of 24.3 meters": ``slope_height`` of
+        ``getSlopeStability``) fills an argument of that call rather than asking for one.
+        """
+        generic = self._generic_parameter_words()
+        asks = [0]
+        props = self._best_tool_parameters(vectors[0])
+        for i in range(1, len(goals)):
+            if not fills_parameter(goals[i], props, generic):
+                asks.append(i)
+                props = self._best_tool_parameters(vectors[i])
+        return asks
+
+    def _best_tool_parameters(self, vector: np.ndarray) -> list[str]:
+        """The parameter names of the fit tool most similar to `vector` (none: [])."""
+        rows = self.index_.search(vector, 1)[0]
+        props = self.fit_tools_[int(rows[0])].parameters.get("properties") if len(rows) else None
+        return list(props) if isinstance(props, Mapping) else []
+
+    def _generic_parameter_words(self) -> frozenset[str]:
+        """Words in the parameter names of many fit tools (`GENERIC_PARAMETER_SHARE`); kept."""
+        if self._generic_words is None:
+            counts: Counter[str] = Counter()
+            for tool in self.fit_tools_:
+                props = tool.parameters.get("properties")
+                if isinstance(props, Mapping):
+                    counts.update(frozenset().union(*map(word_stems, props)))
+            most = max(1.0, GENERIC_PARAMETER_SHARE * len(self.fit_tools_))
+            self._generic_words = frozenset(w for w, c in counts.items() if c > most)
+        return self._generic_words
 
     def _query_state(self, query: str) -> _QueryState:
         return self._memo(query, "hybrid", self._compute_query_state)
@@ -252,6 +295,11 @@ class HybridFeatures(ToolRetriever):
                 return None
             return qvec[None, :] if len(texts) == 1 else np.stack([vectors[t] for t in texts])
 
+        goal_vectors = _stack(goals)
+        if planned is None and goal_vectors is not None and len(goals) > 1:
+            asks = self._asking_goals(goals, goal_vectors)  # not the ones that give arguments
+            goals, goal_vectors = [goals[i] for i in asks], goal_vectors[asks]
+
         return _QueryState(
             qvec,
             cands,
@@ -266,7 +314,7 @@ class HybridFeatures(ToolRetriever):
             _stack(parts),
             len(goals),
             goals_from,
-            goals=_stack(goals),
+            goals=goal_vectors,
         )
 
     # --------------------------------------------------------------------- planned sub-goals
@@ -773,6 +821,7 @@ class HybridFeatures(ToolRetriever):
 __all__ = [
     "CHAIN_EPS",
     "DONE_MARGIN",
+    "GENERIC_PARAMETER_SHARE",
     "GIVEN_GRAPH_SCALE",
     "KNN",
     "KNN_TEMPERATURE",

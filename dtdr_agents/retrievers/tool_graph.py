@@ -34,6 +34,7 @@ from typing import Any, Self
 
 import numpy as np
 
+from dtdr_agents.foundation.clauses import words
 from dtdr_agents.foundation.errors import UnknownToolError
 from dtdr_agents.foundation.types import Tool, Toolset, output_names
 
@@ -62,14 +63,12 @@ MAX_PHRASE_WORDS = 6
 FORMAT = "dtdr-tool-graph"
 """The `format` field of `ToolGraph.to_dict`."""
 
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_WORD = re.compile(r"[a-z0-9]+")
 _SUFFIX = re.compile(r"_\d+$")
 
 
 def norm(name: str) -> str:
     """A name as compared: lower-case words joined by "_" (camelCase and separators folded)."""
-    return "_".join(_WORD.findall(_CAMEL.sub(" ", str(name)).lower()))
+    return "_".join(words(str(name)))
 
 
 def param_terms(name: str) -> set[str]:
@@ -78,17 +77,13 @@ def param_terms(name: str) -> set[str]:
     return {term, _SUFFIX.sub("", term)} - {""}
 
 
-def _words(text: str) -> list[str]:
-    return _WORD.findall(_CAMEL.sub(" ", text).lower())
-
-
 def _phrases(text: str) -> set[str]:
     """Every run of 1..`MAX_PHRASE_WORDS` words of `text`, normalised like `norm`."""
-    words = _words(text)
+    found = words(text)
     out: set[str] = set()
-    for i in range(len(words)):
-        for n in range(1, min(MAX_PHRASE_WORDS, len(words) - i) + 1):
-            out.add("_".join(words[i : i + n]))
+    for i in range(len(found)):
+        for n in range(1, min(MAX_PHRASE_WORDS, len(found) - i) + 1):
+            out.add("_".join(found[i : i + n]))
     return out
 
 
