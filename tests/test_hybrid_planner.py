@@ -125,3 +125,52 @@ def test_the_agents_own_chat_model_plans_over_http(encoder, tmp_path):
         broken = _fit(encoder, goal_planner=ChatPlanner(chat))
         reason = broken.rank("Caption sunset.png", ()).explanation["sub_goals"]
         assert reason.startswith("clauses (the planner failed: ChatModelError")
+
+
+def test_bench_takes_the_hybrids_sub_goals_from_the_model_once_per_request(tmp_path, capsys):
+    """`bench --hybrid-goals planner` over the loopback server: one chat call per test request
+    (sub-goals alone), whatever the seeds; the recorded plans resume a run and replay it."""
+    import json
+
+    from dtdr_agents.cli import main as cli_main
+
+    def goals_only(body: dict[str, Any]) -> dict[str, Any]:
+        assert not any(m["role"] == "assistant" for m in body["messages"])  # the first turn
+        return {"content": PLAN_TEXT}
+
+    recorded = tmp_path / "goals.jsonl"
+    live_json, replay_json = tmp_path / "live.json", tmp_path / "replay.json"
+    bench = ["bench", "--dataset", "demo", "--limit", "60", "--retrievers", "hybrid"]
+    bench += ["--n-demos", "0", "--encoder", "tfidf", "--no-cache", "-q", "--hybrid-goals"]
+    with OpenAIChatServer(goals_only) as server:
+        live = [*bench, "planner", "--chat-base-url", server.base_url, "--chat-model", "p"]
+        live += ["--record-plans", str(recorded), "--planner-timeout", "0"]
+        assert cli_main([*live, "--seeds", "2", "--json", str(live_json)]) == 0
+        asked = len(server.requests)
+        assert cli_main(live) == 0  # the recorded plans are replayed: nothing asked again
+        assert len(server.requests) == asked
+    report = json.loads(live_json.read_text())
+    goals = report["hybrid_goals"]
+    assert goals["source"] == "live chat model" and goals["fell_back"] == 0
+    assert goals["planned"] == goals["asked"] == asked == len(recorded.read_text().splitlines())
+    assert "one call per request" in capsys.readouterr().out
+    assert (
+        cli_main(
+            [
+                *bench,
+                "planner",
+                "--plans",
+                str(recorded),
+                "--seeds",
+                "2",
+                "--json",
+                str(replay_json),
+            ]
+        )
+        == 0
+    )
+    replayed = json.loads(replay_json.read_text())
+    assert replayed["hybrid_goals"]["planned"] == asked
+    assert replayed["results"]["hybrid"]["tool_mrr"] == report["results"]["hybrid"]["tool_mrr"]
+    assert cli_main([*bench, "planner"]) == 2  # no planner given
+    assert "--hybrid-goals planner needs one planner" in capsys.readouterr().err

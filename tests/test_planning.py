@@ -224,7 +224,28 @@ def test_chat_planner_turn_cap_and_unusable_answers(tmp_path: Path) -> None:
     )
     assert kept.queries == ("q one",) and kept.stopped.startswith("unusable answer")
     with pytest.raises(ValueError, match="max_turns"):
-        ChatPlanner(chat, max_turns=1)
+        ChatPlanner(chat, max_turns=0)
+
+
+def test_a_one_turn_planner_writes_sub_goals_alone_and_they_replay(tmp_path: Path) -> None:
+    """`max_turns=1`: one chat call through the loopback server, a plan of sub-goals with no
+    query, recorded and replayed as such; a record that says so needs no queries, others do."""
+    with OpenAIChatServer(_planner_server_responder(["never asked"])) as server:
+        chat = OpenAIChat("planner", base_url=server.base_url, max_retries=0, timeout=10)
+        rec = tmp_path / "goals.jsonl"
+        plan = ChatPlanner(chat, max_turns=1, recorder=rec).plan("Plan my trip", fake_search)
+        assert len(server.requests) == 1
+    assert plan.sub_goals_only and plan.queries == () and len(plan.sub_goals) == 2
+    with pytest.raises(PlanningError, match="no functional query"):
+        plan.check()  # what ToolQP asks of a plan
+    record = json.loads(rec.read_text())
+    assert record["sub_goals_only"] is True and record["queries"] == []
+    replayed = ReplayPlanner(rec).plan("Plan my trip", fake_search)
+    assert replayed.sub_goals == plan.sub_goals and replayed.sub_goals_only
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"query": "r", "sub_goals": ["a"], "sub_goals_only": "yes"}\n')
+    with pytest.raises(DatasetFormatError, match=r"bad\.jsonl:1: .*sub_goals_only"):
+        read_plans(bad)
 
 
 def _planner_server_responder(queries: list[str]) -> Any:

@@ -17,7 +17,14 @@ from dtdr_agents.cli import main as cli_main
 from dtdr_agents.foundation.chat import OpenAIChat
 from dtdr_agents.foundation.errors import ModelLoadError
 from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration
-from dtdr_agents.planning import ChatPlanner, Plan, ReplayPlanner, SearchFn, read_plans
+from dtdr_agents.planning import (
+    SUB_GOALS_ONLY,
+    ChatPlanner,
+    Plan,
+    ReplayPlanner,
+    SearchFn,
+    read_plans,
+)
 from dtdr_agents.retrievers import composite_ids, load_retriever, make_retriever
 from dtdr_agents.retrievers.baselines import QTSRetriever
 from dtdr_agents.retrievers.toolqp import ToolQPRetriever
@@ -154,6 +161,10 @@ def test_rrf_option() -> None:
         (ReplayPlanner({}), "no recorded plan for this request"),
         (CountingPlanner(Plan(REQUEST, (), ())), "names no sub-goal"),
         (CountingPlanner(Plan(REQUEST, ("a goal",), ())), "no functional query"),
+        (  # a plan of sub-goals alone (a one-turn planner) is the hybrid's, not ToolQP's
+            ReplayPlanner({REQUEST: Plan(REQUEST, ("a goal",), (), stopped=SUB_GOALS_ONLY)}),
+            "no functional query",
+        ),
         (CountingPlanner(error=RuntimeError("boom")), "RuntimeError: boom"),
         (None, "no planner was given"),
     ],

@@ -31,7 +31,7 @@ from dtdr_agents.evaluation.report import (
 )
 from dtdr_agents.foundation.encoders import default_cache_dir, get_encoder
 from dtdr_agents.foundation.progress import progress_bar
-from dtdr_agents.planning.sources import bench_planner
+from dtdr_agents.planning.sources import bench_planner, goal_planner, goal_report
 from dtdr_agents.retrievers import default_bench_ids
 
 
@@ -114,6 +114,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     for problem in planning.problems:
         print(f"plans: {problem}", file=sys.stderr)
+    context: dict[str, Any] = {}
+    if planning.planner is not None:
+        context["planner"] = planning.planner
+    goals = None
+    if args.hybrid_goals == "planner":
+        if chat is not None and any(rid.split(":")[0] == "toolqp" for rid in ids):
+            raise CLIError(
+                "--hybrid-goals planner with a live chat model: run toolqp in another run "
+                "(each writes its own plans)"
+            )
+        goals = goal_planner(
+            plans=args.plans, chat_model=chat, record=args.record_plans, skip_bad=args.skip_bad
+        )
+        context["goal_planner"] = goals.planner
+        if args.planner_timeout is not None:
+            context["goal_planner_timeout"] = args.planner_timeout or None
     print(
         f"{train.name}: {len(train.demos)} demonstrations, {len(test.demos)} test plans, "
         f"{len(train.tools)} tools, encoder {encoder.id}, seeds {seeds}",
@@ -134,7 +150,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         ablations=ablations,
         chat_model=chat,
         progress=progress_bar(not args.quiet),
-        context={"planner": planning.planner} if planning.planner is not None else None,
+        context=context or None,
     )
     uses_planner = any(rid.split(":")[0] == "toolqp" for rid in ids)
     extra: dict[str, Any] = {
@@ -144,6 +160,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     }
     if uses_planner:
         extra["planner"] = planning.to_json()
+    if goals is not None:
+        extra["hybrid_goals"] = goal_report(goals)
     if run.ablations:
         extra["ablations"] = aggregate_ablations(run.ablations, same_requests=run.same_requests)
     report = build_report(
@@ -162,6 +180,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(LEGEND)
     if uses_planner and planning.planner is not None:
         print(f"toolqp planner: {planning.note}")
+    if goals is not None:
+        print(f"hybrid sub-goals: {extra['hybrid_goals']['note']}")
     for rid, reason in run.skipped.items():
         print(f"skipped {rid}: {reason}")
     report["wall_s"] = time.perf_counter() - t_start
@@ -294,7 +314,25 @@ def add_commands(sub: Any) -> None:
         help="toolqp: each ToolRet query's instruction as a one-query plan (dataset-provided "
         "LLM text, not a live planner)",
     )
-    bench.add_argument("--record-plans", help="toolqp with a chat model: append its plans here")
+    bench.add_argument(
+        "--record-plans",
+        help="with a chat model: append its plans here (with --hybrid-goals planner, the plans "
+        "already there are replayed, not asked again)",
+    )
+    bench.add_argument(
+        "--hybrid-goals",
+        choices=("clauses", "planner"),
+        default="clauses",
+        help="hybrid's sub-goals: the request's clauses, or a planner's (--plans FILE, or the "
+        "chat model asked once per request; default clauses)",
+    )
+    bench.add_argument(
+        "--planner-timeout",
+        type=float,
+        metavar="S",
+        help="with --hybrid-goals planner: seconds a plan may take before the hybrid uses the "
+        "clauses (0: no bound; default the hybrid's 30)",
+    )
     bench.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     bench.set_defaults(func=cmd_bench)
 

@@ -11,7 +11,7 @@ import json
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,10 @@ SOURCE_REPLAY = "recorded plan"
 """`Plan.source` of a plan read from a plans file."""
 SOURCE_INSTRUCTION = "dataset-provided LLM text"
 """`Plan.source` of a plan made of a dataset's shipped instruction (not a live planner)."""
+SUB_GOALS_ONLY = "sub_goals_only"
+"""`Plan.stopped` of a plan of sub-goals alone (a planner of one turn: `ChatPlanner(...,
+max_turns=1)`, for `HybridRetriever(goal_planner=...)`); its record says
+``"sub_goals_only": true`` and needs no queries."""
 
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(
@@ -85,11 +89,20 @@ class Plan:
         object.__setattr__(self, "sub_goals", tuple(self.sub_goals))
         object.__setattr__(self, "queries", tuple(self.queries))
 
-    def check(self) -> Plan:
-        """Return self if the plan names a sub-goal and a query, else raise `PlanningError`."""
+    @property
+    def sub_goals_only(self) -> bool:
+        """Whether this is a plan of sub-goals alone (`SUB_GOALS_ONLY`: one planning turn)."""
+        return self.stopped == SUB_GOALS_ONLY
+
+    def check(self, *, queries: bool = True) -> Plan:
+        """Return self if the plan names a sub-goal and (with `queries`) a functional query.
+
+        Raises:
+            PlanningError: It names none (ToolQP fuses queries; a sub-goals-only plan has none).
+        """
         if not self.sub_goals:
             raise PlanningError("the plan names no sub-goal")
-        if not self.queries:
+        if queries and not self.queries:
             raise PlanningError("the plan has no functional query")
         return self
 
@@ -122,6 +135,8 @@ class Plan:
         }
         if self.breakdown:
             out["task_breakdown"] = self.breakdown
+        if self.sub_goals_only:
+            out[SUB_GOALS_ONLY] = True
         return out
 
 
@@ -141,7 +156,8 @@ def plan_from_record(record: Any, *, source: str = SOURCE_REPLAY) -> Plan:
     Raises:
         PlanningError: The record is not ``{"query", "sub_goals": [...], "queries": [...]}``
             with a non-empty query, at least one sub-goal and at least one query (the
-            message names the field).
+            message names the field). A record with ``"sub_goals_only": true`` (a plan of
+            sub-goals alone, `SUB_GOALS_ONLY`) needs no queries.
     """
     if not isinstance(record, Mapping):
         raise PlanningError(f"expected a JSON object, got {type(record).__name__}")
@@ -151,15 +167,20 @@ def plan_from_record(record: Any, *, source: str = SOURCE_REPLAY) -> Plan:
     goals = _strings(record.get("sub_goals"))
     if goals is None:
         raise PlanningError("field 'sub_goals' must be a list of strings")
-    queries = _strings(record.get("queries"))
+    only = record.get(SUB_GOALS_ONLY, False)
+    if not isinstance(only, bool):
+        raise PlanningError(f"field {SUB_GOALS_ONLY!r} must be true or false")
+    queries = _strings(record.get("queries", [] if only else None))
     if queries is None:
         raise PlanningError("field 'queries' must be a list of strings")
     breakdown = record.get("task_breakdown", "")
     if not isinstance(breakdown, str):
         raise PlanningError("field 'task_breakdown' must be a string")
     plan = Plan(query.strip(), tuple(goals), tuple(queries), breakdown.strip(), source)
+    if only:
+        plan = replace(plan, stopped=SUB_GOALS_ONLY)
     try:
-        return plan.check()
+        return plan.check(queries=not only)
     except PlanningError as exc:
         field_name = "sub_goals" if not goals else "queries"
         raise PlanningError(f"field {field_name!r}: {exc}") from None
@@ -275,6 +296,7 @@ __all__ = [
     "SOURCE_CHAT",
     "SOURCE_INSTRUCTION",
     "SOURCE_REPLAY",
+    "SUB_GOALS_ONLY",
     "Plan",
     "PlanRecorder",
     "instruction_plans",

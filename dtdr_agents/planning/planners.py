@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 from collections.abc import Callable, Generator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -26,6 +28,7 @@ from dtdr_agents.foundation.chat import ChatModel, Message, ainvoke_text, invoke
 from dtdr_agents.foundation.errors import ChatModelError
 from dtdr_agents.planning.plan import (
     SOURCE_CHAT,
+    SUB_GOALS_ONLY,
     Plan,
     PlanRecorder,
     read_plans,
@@ -72,14 +75,16 @@ class ChatPlanner:
     Turn 1 asks for a task breakdown and the sub-goals; every later turn asks for one
     functional query, runs it through the base retriever and feeds back the top `feedback_k`
     tools (names and short descriptions). The loop ends on ``<stop_retrieval>`` or after
-    `max_turns` chat calls (the planning turn included). An unusable answer on turn 1 (garbage,
-    missing tags, no sub-goal) raises `PlanningError`; an unusable later answer ends the loop
-    (and raises if no query was written yet).
+    `max_turns` chat calls (the planning turn included). With ``max_turns=1`` the plan is the
+    first turn's sub-goals alone (`SUB_GOALS_ONLY`): one chat call per request, what
+    `HybridRetriever(goal_planner=...)` reads; ToolQP, which fuses queries, refuses it. An
+    unusable answer on turn 1 (garbage, missing tags, no sub-goal) raises `PlanningError`; an
+    unusable later answer ends the loop (and raises if no query was written yet).
 
     Args:
         chat_model: Anything with `invoke(messages)` (see `dtdr_agents.foundation.chat.ChatModel`);
             its `ainvoke` is used by `aplan` when it has one.
-        max_turns: Cap on chat calls per request (at least 2).
+        max_turns: Cap on chat calls per request (1: the sub-goals alone).
         feedback_k: Tools fed back after each query.
         recorder: A `PlanRecorder` (or a path) that appends every plan, so a live run can be
             replayed with `ReplayPlanner`.
@@ -97,8 +102,8 @@ class ChatPlanner:
             raise ChatModelError(
                 f"chat_model must have an invoke(messages) method, got {type(chat_model).__name__}"
             )
-        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 2:
-            raise ValueError(f"max_turns must be an integer >= 2, got {max_turns!r}")
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"max_turns must be an integer >= 1, got {max_turns!r}")
         if isinstance(feedback_k, bool) or not isinstance(feedback_k, int) or feedback_k < 1:
             raise ValueError(f"feedback_k must be a positive integer, got {feedback_k!r}")
         self.chat_model = chat_model
@@ -121,6 +126,9 @@ class ChatPlanner:
         ]
         answer = yield list(messages)
         first = parse_first_turn(answer)
+        if self.max_turns == 1:
+            only = Plan(request.strip(), first.sub_goals, (), first.breakdown, SOURCE_CHAT)
+            return self._keep(replace(only, stopped=SUB_GOALS_ONLY).check(queries=False))
         messages += [("ai", answer), ("human", NEXT_QUERY_TURN)]
         queries: list[str] = []
         stopped = "turn_cap"
@@ -142,6 +150,10 @@ class ChatPlanner:
         plan = Plan(
             request.strip(), first.sub_goals, tuple(queries), first.breakdown, SOURCE_CHAT, stopped
         ).check()
+        return self._keep(plan)
+
+    def _keep(self, plan: Plan) -> Plan:
+        """Record `plan` (with a recorder) and return it."""
         if self.recorder is not None:
             self.recorder.record(plan)
         return plan
@@ -207,11 +219,82 @@ class ReplayPlanner:
         found = self.plans.get(request.strip())
         if found is None:
             raise PlanningError("no recorded plan for this request")
-        return found.check()
+        return found.check(queries=not found.sub_goals_only)
 
     async def aplan(self, request: str, search: SearchFn) -> Plan:
         """Async `plan` (no I/O)."""
         return self.plan(request, search)
+
+
+class KeptPlanner:
+    """Another planner's plans, each request's kept: asked once, then answered from memory.
+
+    Args:
+        inner: The planner that writes a plan the first time a request is seen.
+        kept: Plans already written, by request text (e.g. `read_plans` of the file a
+            `ChatPlanner` records to): those requests are never asked again, so an
+            interrupted recording resumes where it stopped.
+
+    Attributes:
+        served: The requests a plan was returned for.
+        failed: The requests whose planning raised, with the reason (asked again next time).
+        asked: How many times a request went to `inner`.
+    """
+
+    def __init__(self, inner: Planner, kept: Mapping[str, Plan] | None = None) -> None:
+        self.inner = inner
+        self.kept: dict[str, Plan] = {k.strip(): p for k, p in (kept or {}).items()}
+        self.served: set[str] = set()
+        self.failed: dict[str, str] = {}
+        self.asked = 0
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"KeptPlanner({self.inner!r}, {len(self.kept)} kept)"
+
+    def _known(self, request: str) -> Plan | None:
+        with self._lock:
+            found = self.kept.get(request.strip())
+            if found is None:
+                self.asked += 1
+            else:
+                self.served.add(request.strip())
+            return found
+
+    def _keep(self, request: str, plan: Plan | None, error: Exception | None) -> None:
+        with self._lock:
+            if plan is not None:
+                self.kept[request.strip()] = plan
+                self.served.add(request.strip())
+                self.failed.pop(request.strip(), None)
+            else:
+                self.failed[request.strip()] = f"{type(error).__name__}: {error}"
+
+    def plan(self, request: str, search: SearchFn) -> Plan:
+        """The kept plan of `request`, else `inner`'s (then kept)."""
+        found = self._known(request)
+        if found is not None:
+            return found
+        try:
+            plan = self.inner.plan(request, search)
+        except Exception as exc:
+            self._keep(request, None, exc)
+            raise
+        self._keep(request, plan, None)
+        return plan
+
+    async def aplan(self, request: str, search: SearchFn) -> Plan:
+        """Async `plan`."""
+        found = self._known(request)
+        if found is not None:
+            return found
+        try:
+            plan = await self.inner.aplan(request, search)
+        except Exception as exc:
+            self._keep(request, None, exc)
+            raise
+        self._keep(request, plan, None)
+        return plan
 
 
 _CLAUSE = re.compile(r"(?:[.;!?]\s+|,\s*(?:and\s+)?then\s+|\s+and\s+then\s+|\s+then\s+)", re.I)
@@ -273,6 +356,7 @@ __all__ = [
     "MAX_TURNS",
     "ChatPlanner",
     "ClausePlanner",
+    "KeptPlanner",
     "Planner",
     "ReplayPlanner",
     "SearchFn",

@@ -1,4 +1,6 @@
-"""Which planner a benchmark run gives `toolqp`, and how its figures must be labelled.
+"""Which planner a benchmark run gives `toolqp` and `hybrid`, and how its figures are labelled.
+
+`goal_planner` does the same for `hybrid`'s sub-goals (``--hybrid-goals planner``).
 
 `bench_planner` turns the bench's options into a planner: recorded plans (``--plans FILE``),
 a dataset's shipped instructions (``--plans-from-instruction``, ToolRet), or a live chat
@@ -16,8 +18,14 @@ from typing import Any
 from dtdr_agents.datasets.base import Dataset
 from dtdr_agents.foundation.chat import ChatModel
 from dtdr_agents.foundation.errors import DTDRError
-from dtdr_agents.planning.plan import SOURCE_INSTRUCTION, PlanRecorder, instruction_plans
-from dtdr_agents.planning.planners import ChatPlanner, Planner, ReplayPlanner
+from dtdr_agents.planning.plan import (
+    SOURCE_INSTRUCTION,
+    Plan,
+    PlanRecorder,
+    instruction_plans,
+    read_plans,
+)
+from dtdr_agents.planning.planners import ChatPlanner, KeptPlanner, Planner, ReplayPlanner
 
 
 class PlannerOptionError(DTDRError, ValueError):
@@ -115,4 +123,73 @@ def bench_planner(
     return PlannerChoice(None, "none", "no planner: toolqp is skipped")
 
 
-__all__ = ["PlannerChoice", "PlannerOptionError", "bench_planner"]
+def goal_planner(
+    *,
+    plans: str | Path | None = None,
+    chat_model: ChatModel | None = None,
+    record: str | Path | None = None,
+    skip_bad: bool = False,
+) -> PlannerChoice:
+    """The planner of `hybrid`'s sub-goals the bench options ask for (``--hybrid-goals planner``).
+
+    Recorded plans (``--plans FILE``: their sub-goals; a full ToolQP plan serves too), or the
+    live chat model asked once per request for sub-goals alone (`ChatPlanner` with
+    ``max_turns=1``; never a call per step). Either way the planner is a `KeptPlanner`: a
+    request is planned once per run, whatever the seeds. With ``record``, live plans are
+    appended to that file and the plans already in it are replayed, not asked again (an
+    interrupted run resumes from it).
+
+    Raises:
+        PlannerOptionError: Neither source, or both.
+        DatasetFormatError: A plans-file line does not parse (file and line).
+    """
+    if (plans is None) == (chat_model is None):
+        raise PlannerOptionError(
+            "--hybrid-goals planner needs one planner: --plans FILE, or a live chat model "
+            "(--chat-base-url/--chat-model)"
+        )
+    if plans is not None:
+        replay = ReplayPlanner(plans, skip_bad=skip_bad)
+        return PlannerChoice(
+            KeptPlanner(replay, replay.plans),
+            "recorded plans",
+            f"hybrid's sub-goals from {len(replay)} recorded plans in {plans}",
+            replay.problems,
+        )
+    assert chat_model is not None
+    kept: dict[str, Plan] = {}
+    problems: list[str] = []
+    if record is not None and Path(record).exists():
+        kept, problems = read_plans(record, skip_bad=skip_bad)
+    recorder = PlanRecorder(record) if record else None
+    replayed = f"; {len(kept)} plans replayed from {record}" if kept else ""
+    return PlannerChoice(
+        KeptPlanner(ChatPlanner(chat_model, max_turns=1, recorder=recorder), kept),
+        "live chat model",
+        f"hybrid's sub-goals from the live chat model {chat_model!r}, one call per request "
+        f"(Fig. 14 prompt, first turn){replayed}",
+        problems,
+    )
+
+
+def goal_report(choice: PlannerChoice) -> dict[str, Any]:
+    """`PlannerChoice.to_json` of a `goal_planner` after a run, with what its planner did.
+
+    ``planned``: requests given a plan; ``fell_back``: requests whose planning failed, where
+    the hybrid used the request's clauses (a figure is the planner's only where it planned);
+    ``asked``: plans asked of the planner inside (a live model's calls).
+    """
+    out = choice.to_json()
+    planner = choice.planner
+    if isinstance(planner, KeptPlanner):
+        failed = sorted(set(planner.failed) - planner.served)
+        out.update(planned=len(planner.served), fell_back=len(failed), asked=planner.asked)
+        out["note"] += (
+            f"; {len(planner.served)} requests planned, {len(failed)} fell back to the clauses"
+        )
+        if failed:
+            out["first_failure"] = planner.failed[failed[0]]
+    return out
+
+
+__all__ = ["PlannerChoice", "PlannerOptionError", "bench_planner", "goal_planner", "goal_report"]

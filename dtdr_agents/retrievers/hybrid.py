@@ -115,7 +115,8 @@ class HybridRetriever(HybridFeatures):
             saves with the model. None: the graph derived from the catalogue's schemas and
             descriptions (`ToolGraph.from_catalogue`).
         goal_planner: A ToolQP planner (`dtdr_agents.planning.ChatPlanner` over the agent's own
-            chat model, or a `ReplayPlanner` of recorded plans) whose sub-goals replace the
+            chat model, with ``max_turns=1`` for one call per request, or a `ReplayPlanner` of
+            recorded plans) whose sub-goals replace the
             request's clauses as its sub-goals: one plan per request (kept, and planned
             ahead by `aprepare`), never one per step. A failing planner (an error, a
             time-out, a plan with no sub-goal) is logged and the clauses are used. Not
