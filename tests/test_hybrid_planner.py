@@ -144,7 +144,7 @@ def test_bench_takes_the_hybrids_sub_goals_from_the_model_once_per_request(tmp_p
     bench += ["--n-demos", "0", "--encoder", "tfidf", "--no-cache", "-q", "--hybrid-goals"]
     with OpenAIChatServer(goals_only) as server:
         live = [*bench, "planner", "--chat-base-url", server.base_url, "--chat-model", "p"]
-        live += ["--record-plans", str(recorded), "--planner-timeout", "0"]
+        live += ["--record-plans", str(recorded)]
         assert cli_main([*live, "--seeds", "2", "--json", str(live_json)]) == 0
         asked = len(server.requests)
         assert cli_main(live) == 0  # the recorded plans are replayed: nothing asked again
