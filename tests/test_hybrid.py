@@ -395,6 +395,7 @@ def test_sub_goals_merge_clauses_that_only_add_an_argument():
     assert sub_goals("Get the weather in Paris. Thank you for your help!") == [
         "Get the weather in Paris"
     ]
+    assert len(sub_goals("Thanks to the rain, book a taxi. Then get the weather in Oslo")) == 2
 
 
 def test_a_clause_names_a_parameter_when_it_holds_its_specific_words():

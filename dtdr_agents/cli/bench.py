@@ -325,7 +325,6 @@ def add_commands(sub: Any) -> None:
         help="hybrid's sub-goals: the request's clauses, or a planner's (--plans FILE, or the "
         "chat model asked once per request, with no time bound; default clauses)",
     )
-
     bench.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     bench.set_defaults(func=cmd_bench)
 
