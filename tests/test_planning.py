@@ -299,3 +299,31 @@ def test_langchain_chat_model_plans_sync_and_async() -> None:
     model = fake_chat.FakeListChatModel(responses=answers)
     aplan = asyncio.run(ChatPlanner(model).aplan("r", fake_search))
     assert aplan == plan
+
+
+def test_a_kept_planner_asks_once_and_counts_a_request_that_failed_once() -> None:
+    from dtdr_agents.planning.planners import KeptPlanner
+    from dtdr_agents.planning.sources import PlannerChoice, goal_report
+
+    answers = iter([RuntimeError("down"), Plan("r", ("a",), ("q",)), Plan("s", ("b",), ("q",))])
+
+    class Flaky:
+        def plan(self, request: str, search: Any) -> Plan:
+            answer = next(answers)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+        async def aplan(self, request: str, search: Any) -> Plan:
+            return self.plan(request, search)
+
+    kept = KeptPlanner(Flaky())
+    with pytest.raises(RuntimeError, match="down"):
+        kept.plan("r", fake_search)
+    assert kept.plan("r", fake_search).sub_goals == ("a",)
+    assert kept.plan(" r ", fake_search).sub_goals == ("a",)  # kept: not asked again
+    assert kept.plan("s", fake_search).sub_goals == ("b",)
+    report = goal_report(PlannerChoice(kept, "live chat model", "n"))
+    # "r" used no plan in the run that failed: it counts as fallen back, though planned later
+    assert (report["planned"], report["fell_back"], report["asked"]) == (2, 1, 3)
+    assert report["first_failure"] == "RuntimeError: down"

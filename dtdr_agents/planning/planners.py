@@ -237,7 +237,8 @@ class KeptPlanner:
 
     Attributes:
         served: The requests a plan was returned for.
-        failed: The requests whose planning raised, with the reason (asked again next time).
+        failed: The requests whose planning raised at least once, with the last reason (a
+            failed request is asked again next time; the run that failed used no plan).
         asked: How many times a request went to `inner`.
     """
 
@@ -266,7 +267,6 @@ class KeptPlanner:
             if plan is not None:
                 self.kept[request.strip()] = plan
                 self.served.add(request.strip())
-                self.failed.pop(request.strip(), None)
             else:
                 self.failed[request.strip()] = f"{type(error).__name__}: {error}"
 

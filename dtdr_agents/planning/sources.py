@@ -175,14 +175,15 @@ def goal_planner(
 def goal_report(choice: PlannerChoice) -> dict[str, Any]:
     """`PlannerChoice.to_json` of a `goal_planner` after a run, with what its planner did.
 
-    ``planned``: requests given a plan; ``fell_back``: requests whose planning failed, where
-    the hybrid used the request's clauses (a figure is the planner's only where it planned);
-    ``asked``: plans asked of the planner inside (a live model's calls).
+    ``planned``: requests given a plan; ``fell_back``: requests whose planning failed at least
+    once, where the hybrid used the request's clauses in that seed (a figure is the planner's
+    only where it planned; replay the recorded plans for one that is); ``asked``: plans asked
+    of the planner inside (a live model's calls).
     """
     out = choice.to_json()
     planner = choice.planner
     if isinstance(planner, KeptPlanner):
-        failed = sorted(set(planner.failed) - planner.served)
+        failed = sorted(planner.failed)
         out.update(planned=len(planner.served), fell_back=len(failed), asked=planner.asked)
         out["note"] += (
             f"; {len(planner.served)} requests planned, {len(failed)} fell back to the clauses"
