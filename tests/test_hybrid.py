@@ -106,7 +106,10 @@ def test_save_and_load_give_the_same_ranking(fitted, demo_split, tmp_path):
     manifest["state"]["feature_revision"] = hybrid.FEATURE_REVISION - 1
     manifest["integrity"]["manifest_sha256"] = manifest_digest(manifest)  # as a real save
     manifest_path.write_text(json.dumps(manifest))
-    with pytest.raises(ModelLoadError, match="feature_revision 2 is not this version's 3"):
+    revision = hybrid.FEATURE_REVISION
+    with pytest.raises(
+        ModelLoadError, match=f"feature_revision {revision - 1} is not this version's {revision}"
+    ):
         HybridRetriever.load(tmp_path / "hybrid", encoder=fitted.encoder_)
 
 

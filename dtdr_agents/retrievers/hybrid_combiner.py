@@ -58,14 +58,15 @@ FEATURES: tuple[str, ...] = (
 
 _F = {name: i for i, name in enumerate(FEATURES)}
 
-FEATURE_REVISION = 3
+FEATURE_REVISION = 4
 """Bumped when a feature keeps its name but changes its meaning; a saved hybrid records it.
 
 Weights fitted on the old meaning would load and rank differently, so such a model is refused
 (fit it again). 2: `end_zero_shot` follows the new sub-goal count and the graph's hold on the
 stop, and a given graph's `graph_rank` counts `GIVEN_GRAPH_SCALE` times. 3: the sub-goal
 count behind `end_zero_shot` leaves out clauses that name a parameter of the call before and
-clauses that only thank."""
+clauses that only thank. 4: `open_sub_goal_rank` ranks by each open sub-goal's softmax over
+the candidates (`SUB_GOAL_TEMPERATURE`), not by the raw cosine."""
 
 PRIOR_WEIGHTS: dict[str, float] = {
     "bm25_rank": 1.0,
