@@ -122,6 +122,24 @@ class _QueryState:
     linear_query: tuple[tuple[object, object], list[np.ndarray]] | None = None
 
 
+@dataclass(frozen=True)
+class _StepSims:
+    """The similarities one step's features share (each product made once per step)."""
+
+    tools: np.ndarray  # (candidates, dim): the candidates' embeddings
+    goals: np.ndarray  # (candidates, sub-goals): to the clauses (the request without them)
+    calls: np.ndarray  # (calls made with an embedding, sub-goals): the calls to the same
+
+    @classmethod
+    def of(
+        cls, embeddings: np.ndarray, qs: _QueryState, cands: np.ndarray, rows: list[int]
+    ) -> _StepSims:
+        """The products of a step whose candidates are `cands` and calls' rows `rows`."""
+        goals = qs.clauses if qs.clauses is not None else qs.qvec[None, :]
+        tools = embeddings[cands]
+        return cls(tools, tools @ goals.T, embeddings[rows] @ goals.T)
+
+
 def edge_ranks(weights: np.ndarray) -> np.ndarray:
     """Each tool's rank by its edge weight from the last call, best first.
 
@@ -623,6 +641,8 @@ class HybridFeatures(ToolRetriever):
                 full[self._linear_map] = np.log(np.maximum(lp, L_FLOOR))
                 x[:n_c, col] = full[cands] - np.log(L_FLOOR)
                 x[n_c, end_col] = full[end] - np.log(L_FLOOR)
+        assert self.tool_embeddings_ is not None
+        sims = _StepSims.of(self.tool_embeddings_, qs, cands, self._embedded_rows(history))
         if history:
             hist_rows = [self._label_index.get(h, -1) for h in history]
             for h in hist_rows:
@@ -630,12 +650,9 @@ class HybridFeatures(ToolRetriever):
                     x[pos[h], _F["in_history"]] += 1.0
             last = hist_rows[-1]
             if 0 <= last < len(self.fit_tools_):
-                assert self.tool_embeddings_ is not None
-                x[:n_c, _F["last_call_sim"]] = (
-                    self.tool_embeddings_[cands] @ self.tool_embeddings_[last]
-                )
-        self._clause_features(qs, history, cands, x)
-        self._zero_shot_features(qs, history, cands, x)
+                x[:n_c, _F["last_call_sim"]] = sims.tools @ self.tool_embeddings_[last]
+        self._clause_features(qs, history, sims, x)
+        self._zero_shot_features(qs, history, cands, sims, x)
         x[n_c, _F["end_n_calls"]] = np.log1p(len(history))
         x[n_c, _F["end_first_step"]] = float(not history)
         x[n_c, _F["end_knn"]] = end_vote
@@ -646,7 +663,7 @@ class HybridFeatures(ToolRetriever):
         return labels, x
 
     def _clause_features(
-        self, qs: _QueryState, history: tuple[str, ...], cands: np.ndarray, x: np.ndarray
+        self, qs: _QueryState, history: tuple[str, ...], step: _StepSims, x: np.ndarray
     ) -> None:
         """Fill the `clause_*` columns of the candidates' rows of `x` (in place).
 
@@ -655,26 +672,25 @@ class HybridFeatures(ToolRetriever):
         match it (a sub-goal that is done). `clause_next`: similarity to the clause whose
         position is the number of calls so far (requests often list steps in order).
         """
-        assert self.tool_embeddings_ is not None
         if qs.clauses is None:  # clauses=False
             return
-        sims = self.tool_embeddings_[cands] @ qs.clauses.T  # (candidates, clauses)
+        sims = step.goals  # (candidates, clauses)
         if not sims.size:
             return
-        n_c = len(cands)
+        n_c = len(sims)
         x[:n_c, _F["clause_rel"]] = sims.max(axis=1)
-        rows = self._embedded_rows(history)
-        covered = (
-            (self.tool_embeddings_[rows] @ qs.clauses.T).max(axis=0)
-            if rows
-            else np.zeros(sims.shape[1])
-        )
+        covered = step.calls.max(axis=0) if len(step.calls) else np.zeros(sims.shape[1])
         x[:n_c, _F["clause_open"]] = (sims * (1.0 - np.clip(covered, 0.0, 1.0))).max(axis=1)
         if len(history) < sims.shape[1]:
             x[:n_c, _F["clause_next"]] = sims[:, len(history)]
 
     def _zero_shot_features(
-        self, qs: _QueryState, history: tuple[str, ...], cands: np.ndarray, x: np.ndarray
+        self,
+        qs: _QueryState,
+        history: tuple[str, ...],
+        cands: np.ndarray,
+        step: _StepSims,
+        x: np.ndarray,
     ) -> None:
         """Fill the columns of the zero-shot model against the calls so far (in place).
 
@@ -692,7 +708,7 @@ class HybridFeatures(ToolRetriever):
         the prior weights the zero-shot stop rule's (`stop_probability`).
         """
         n_c = len(cands)
-        open_sim = self._open_sub_goals(qs, history, cands)
+        open_sim = self._open_sub_goals(step)
         if open_sim is not None:
             rank = np.empty(n_c)
             rank[np.argsort(-open_sim, kind="stable")] = np.arange(n_c)
@@ -707,7 +723,7 @@ class HybridFeatures(ToolRetriever):
             x[:n_c, _F["request_after_call"]] = np.where(called, worst, request)
         fused = x[:n_c] @ _PRIOR
         done = len(history)
-        if done >= qs.n_goals and self._pending(qs, history, cands, called):
+        if done >= qs.n_goals and self._pending(qs, history, cands, step, called):
             done -= 1  # a sub-goal still asks for a tool that takes the last call's output
         p_end = min(max(stop_probability(qs.n_goals, done), 1e-9), 1.0 - 1e-9)
         top = float(fused.max()) if n_c else 0.0
@@ -720,7 +736,12 @@ class HybridFeatures(ToolRetriever):
         return [r for r in rows if 0 <= r < len(self.fit_tools_)]
 
     def _pending(
-        self, qs: _QueryState, history: tuple[str, ...], cands: np.ndarray, called: np.ndarray
+        self,
+        qs: _QueryState,
+        history: tuple[str, ...],
+        cands: np.ndarray,
+        step: _StepSims,
+        called: np.ndarray,
     ) -> bool:
         """Whether a sub-goal still asks for a tool that takes the last call's output.
 
@@ -735,7 +756,7 @@ class HybridFeatures(ToolRetriever):
         waiting = (self._successor_row(history[-1])[cands] > 0) & ~called
         if not waiting.any():
             return False
-        sims = self.tool_embeddings_[cands] @ qs.goals.T  # (candidates, sub-goals)
+        sims = step.tools @ qs.goals.T  # (candidates, sub-goals)
         top = sims.max(axis=0)
         rows = self._embedded_rows(history)
         if rows:  # the sub-goals a call made already does are not waiting
@@ -805,9 +826,8 @@ class HybridFeatures(ToolRetriever):
             return np.zeros(len(cands))
         return edge_ranks(self._successor_row(history[-1])[cands])
 
-    def _open_sub_goals(
-        self, qs: _QueryState, history: tuple[str, ...], cands: np.ndarray
-    ) -> np.ndarray | None:
+    @staticmethod
+    def _open_sub_goals(step: _StepSims) -> np.ndarray | None:
         """Each candidate's best probability of being the tool a sub-goal not covered yet asks for.
 
         A call covers the open clause its tool matches best. Each open clause spreads a
@@ -815,18 +835,14 @@ class HybridFeatures(ToolRetriever):
         keeps its best. None when every clause is covered. Without clauses
         (``clauses=False``) the request is the one sub-goal.
         """
-        assert self.tool_embeddings_ is not None
-        goals = qs.clauses if qs.clauses is not None else qs.qvec[None, :]
-        open_ = np.ones(len(goals), dtype=bool)
-        for row in self._embedded_rows(history):
+        open_ = np.ones(step.goals.shape[1], dtype=bool)
+        for call in step.calls:  # each call made, in order
             if not open_.any():
                 break
-            sims = goals @ self.tool_embeddings_[row]
-            sims[~open_] = -np.inf
-            open_[int(np.argmax(sims))] = False
-        if not open_.any() or not len(cands):
+            open_[int(np.argmax(np.where(open_, call, -np.inf)))] = False
+        if not open_.any() or not len(step.tools):
             return None
-        sims = self.tool_embeddings_[cands] @ goals[open_].T  # (candidates, open sub-goals)
+        sims = step.goals[:, open_]  # (candidates, open sub-goals)
         weights = np.exp((sims - sims.max(axis=0)) / SUB_GOAL_TEMPERATURE)
         return np.asarray((weights / weights.sum(axis=0)).max(axis=1))
 
