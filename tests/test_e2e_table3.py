@@ -345,11 +345,27 @@ def test_refused_baseline_is_reported_in_the_comparisons(
         report = run_e2e(plan, chat, n_boot=100)
     (comp,) = report["comparisons"]
     assert comp["b"] == "none/no_icl" and "exceed --max-prompt-tokens" in comp["skipped"]
-    assert all("skipped" in g for g in report["targets"] if g["against"] == "none/no_icl")
+    # SR cannot be checked without the model's answers; the prompt tokens were counted
+    sr, prompts = (g for g in report["targets"] if g["against"] == "none/no_icl")
+    assert "skipped" in sr and "value" not in sr
+    assert (
+        "skipped" not in prompts and prompts["counted"] == "none/no_icl's prompts counted, not sent"
+    )
+    (sizes,) = plan.counted.values()
+    assert len(sizes) == len([r for r in probe.requests if r.retriever == "none"])
+    hybrid = [r for r in report["results"] if r["retriever"] == "hybrid"][0]
+    expected = hybrid["intervals"]["prompt_tokens"]["value"] / (
+        sum(t for _, t in sizes) / len(sizes)
+    )
+    ratio = comp["prompt_tokens_ratio"]
+    assert ratio["value"] == pytest.approx(expected) and 0 < ratio["value"] < 1
+    assert ratio["ci"][0] <= ratio["value"] <= ratio["ci"][1]
+    assert prompts["value"] == ratio["value"] and prompts["met"] == (ratio["value"] <= 0.25)
     from dtdr_agents.evaluation.e2e import format_e2e_markdown
 
     text = format_e2e_markdown(report)
     assert "skipped none/no_icl (not run):" in text and "cannot be checked" in text
+    assert "(B counted, not run)" in text and "(none/no_icl's prompts counted, not sent)" in text
 
 
 @pytest.fixture

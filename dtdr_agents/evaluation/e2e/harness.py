@@ -39,6 +39,7 @@ from dtdr_agents.evaluation.e2e.protocol import (
 from dtdr_agents.evaluation.e2e.uncertainty import (
     cell_intervals,
     compare_cells,
+    compare_counted_prompts,
     comparison_pairs,
     targets,
 )
@@ -73,6 +74,11 @@ class E2EPlan:
         encoder: The encoder id used by the retrievers.
         seed: Seed of the split, the retrievers and the example demonstrations.
         k: Retrieved tools kept per step.
+        n_demos: Retriever id -> demonstrations it was fit on.
+        skipped_cells: The cells refused by `max_prompt_tokens`, with their measured sizes.
+        max_prompt_tokens: The prompt size over which a cell is refused (None: none is).
+        counted: Refused cell -> (plan, prompt tokens) of each of its steps: counted, never
+            sent, so that the prompt-token ratio against it is still reported.
     """
 
     dataset: str
@@ -88,6 +94,7 @@ class E2EPlan:
     n_demos: dict[str, int] = field(default_factory=dict)
     skipped_cells: list[dict[str, Any]] = field(default_factory=list)
     max_prompt_tokens: int | None = None
+    counted: dict[tuple[str, str], list[tuple[int, int]]] = field(default_factory=dict)
 
 
 def prepare_e2e(
@@ -204,8 +211,15 @@ def prepare_e2e(
                 log(f"skipping {rid}: {skipped[rid]}")
     kept = [p for p in pairs if p[0] in fitted and p[0] not in skipped]
     refused: list[dict[str, Any]] = []
+    counted: dict[tuple[str, str], list[tuple[int, int]]] = {}
     if max_prompt_tokens is not None:
+        asked = requests
         requests, kept, refused = _refuse_oversized(requests, kept, max_prompt_tokens)
+        for cell in refused:
+            key = (cell["retriever"], cell["mode"])
+            counted[key] = [
+                (r.step.plan, r.prompt_tokens) for r in asked if (r.retriever, r.mode) == key
+            ]
         for cell in refused:
             if log:
                 log(f"skipping {cell['retriever']}/{cell['mode']}: {cell['reason']}")
@@ -223,6 +237,7 @@ def prepare_e2e(
         n_demos=n_demos,
         skipped_cells=refused,
         max_prompt_tokens=max_prompt_tokens,
+        counted=counted,
     )
 
 
@@ -429,6 +444,12 @@ def _add_intervals(
             entry["skipped"] = "; ".join(
                 f"{_label(c)} was not run: {refused.get(c, 'skipped')}" for c in missing
             )
+            if missing == [b] and b in plan.counted:  # its prompts were counted, not sent
+                entry.update(
+                    compare_counted_prompts(
+                        by_cell[a], plan.counted[b], plan.n_test, n_boot=n_boot, seed=plan.seed
+                    )
+                )
         else:
             entry.update(
                 compare_cells(by_cell[a], by_cell[b], plan.n_test, n_boot=n_boot, seed=plan.seed)

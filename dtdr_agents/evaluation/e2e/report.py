@@ -152,7 +152,14 @@ def interval_tables(report: Mapping[str, Any]) -> list[str]:
         ]
         for c in comparisons:
             if "skipped" in c:
-                lines.append(f"| {c['a']} | {c['b']} | not run: {c['skipped']} |" + " |" * 8)
+                counted = c.get("prompt_tokens_ratio")
+                ratio = f" {_ci(counted, 1.0, 3)} (B counted, not run) |" if counted else " |"
+                lines.append(
+                    f"| {c['a']} | {c['b']} | not run: {c['skipped']} |"
+                    + " |" * 5
+                    + ratio
+                    + " |" * 2
+                )
                 continue
             lines.append(
                 f"| {c['a']} | {c['b']} | {_ci(c.get('fsa_diff'))} | {_ci(c.get('sr_diff'))} | "
@@ -171,9 +178,10 @@ def interval_tables(report: Mapping[str, Any]) -> list[str]:
                 continue
             ratio = g.get("figure", "").endswith("_ratio")
             shown = _ci(g, 1.0, 3) if ratio else _ci(g)
+            note = f" ({g['counted']})" if g.get("counted") else ""
             lines.append(
                 f"- {g['target']}: {g.get('figure')} {shown}; met {_yes(g.get('met'))}, "
-                f"clear {_yes(g.get('clear'))}"
+                f"clear {_yes(g.get('clear'))}{note}"
             )
     return lines
 

@@ -169,6 +169,39 @@ def compare_cells(
     return out
 
 
+def compare_counted_prompts(
+    a_rows: Iterable[Mapping[str, Any]],
+    b_sizes: Iterable[tuple[int, int]],
+    n_plans: int,
+    *,
+    n_boot: int = N_BOOTSTRAP,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Cell A's prompt tokens over those of a cell B that was counted but never run.
+
+    Args:
+        a_rows: The step rows of cell A.
+        b_sizes: (plan, prompt tokens) of each of B's steps, counted by the same token counter.
+        n_plans: Test plans of the run.
+        n_boot: Bootstrap replicates.
+        seed: Seed of the resampling (the same as A's other comparisons).
+
+    Returns:
+        ``prompt_tokens_ratio`` (A / B over the same resampled plans) and ``counted``, naming
+        the figure that is counted rather than measured.
+    """
+    num, den = np.zeros(n_plans), np.zeros(n_plans)
+    for plan, tokens in b_sizes:
+        if not 0 <= plan < n_plans:
+            raise ValueError(f"counted step of plan {plan} is outside the run's {n_plans} plans")
+        num[plan] += tokens
+        den[plan] += 1
+    a = plan_sums(a_rows, n_plans)["prompt_tokens"]
+    est = paired_unit_ratio(a, (num, den), quotient=True, n_boot=n_boot, seed=seed)
+    units = int(np.count_nonzero((a[1] > 0) & (den > 0)))
+    return {"prompt_tokens_ratio": estimate_json(est, units), "counted": ["prompt_tokens_ratio"]}
+
+
 def comparison_pairs(
     pairs: Sequence[tuple[str, str]],
 ) -> list[tuple[tuple[str, str], tuple[str, str]]]:
@@ -228,7 +261,9 @@ def targets(comparisons: Sequence[Mapping[str, Any]], sr_key: str) -> list[dict[
             checks.append((f"{sr_key} {a} >= {b}", f"{sr_key}_diff", 0.0, True))
         for label, key, bound, at_least in checks:
             entry: dict[str, Any] = {"cell": a, "against": b, "target": label}
-            if "skipped" in comp:
+            if key in comp.get("counted", ()):
+                entry["counted"] = f"{b}'s prompts counted, not sent"
+            elif "skipped" in comp:
                 entry["skipped"] = comp["skipped"]
                 out.append(entry)
                 continue
