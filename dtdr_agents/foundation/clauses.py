@@ -7,6 +7,7 @@ the ones that only add an argument merged back into theirs.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Iterable
@@ -60,7 +61,8 @@ _CONTINUATION = re.compile(
 
 
 _CONTEXT = re.compile(
-    r"""^(?!.*\bquestions?\b)(?:(?:so|and|also|now),?\s+)?
+    r"""^(?!.*\bquestions?\b)(?!.*\b(?:need|want|wish|like)\s+(?:you\s+)?to\b)
+    (?:(?:so|and|also|now),?\s+)?
     (?:(?:i|we)\s+(?:have|had|got|own)\b|(?:i|we)'ve\s+got\b|given\b|here\s+(?:is|are)\b|
     thanks?\b|thank\s+you\b|
     there\s+(?:is|are)\b|the\s+(?:document|text|file|image|audio|video|passage|article|table)
@@ -69,7 +71,25 @@ _CONTEXT = re.compile(
 )
 """A clause that states what the user has ("I have an image 'example.jpg'", "Given the text
 '...'", "The document: '...'") or thanks ("Thank you for your help.") rather than asking for
-something ("I have a question: '...'" asks for an answer)."""
+something ("I have a question: '...'" asks for an answer, and so does "I have a document
+that I need to translate")."""
+
+_STEP_MARKER = re.compile(
+    r"""(?:(?<=[.!?])|(?<=[.!?]['"]))\s+(?:and\s+)?
+    (?:first(?:ly)?|second(?:ly)?|third(?:ly)?|then|next|after\s+(?:that|this)|afterwards|
+    subsequently|finally|lastly|additionally|moreover|furthermore|in\s+addition|besides|also|
+    once\b[^,.]*,|after\s+\w+ing\b[^,.]*,)\b
+    |(?:^|\s)\d{1,2}[.)]\s""",
+    re.IGNORECASE | re.VERBOSE,
+)
+"""A sentence that opens a new step of a request ("Then, ...", "Finally, ...", "After
+verifying the block, ...") or a numbered item ("2. ...")."""
+
+_LIST_OPENER = re.compile(r"\s*(?:first(?:ly)?\b|1[.)])", re.IGNORECASE)
+"""The first marker of a list ("First, ...", "1. ..."): the text before it announces the list."""
+
+STEP_MARKERS_NEEDED = 2
+"""Marked sentences from which a request's steps are its marked segments (`sub_goals`)."""
 
 
 def sub_goals(query: str, limit: int = MAX_CLAUSES) -> list[str]:
@@ -81,6 +101,33 @@ def sub_goals(query: str, limit: int = MAX_CLAUSES) -> list[str]:
     only states what the user has (`_CONTEXT`: "I have an audio file 'example.wav'") is no
     sub-goal, and neither are its arguments; a request of nothing else is its one sub-goal.
     """
+    steps = _marked_steps(query)
+    if steps is not None:
+        return steps[:limit]
+    return _clause_goals(query, limit)
+
+
+def _marked_steps(query: str) -> list[str] | None:
+    """A request's marked steps ("First, ... Then, ... Finally, ..."), or None.
+
+    From `STEP_MARKERS_NEEDED` marked sentences on, a request states one step per marked
+    segment: the sentences after a marker (details, arguments, a restatement) belong to its
+    step. The text before the first marker is a step of its own unless it only states context.
+    """
+    marks = list(_STEP_MARKER.finditer(query))
+    if len(marks) < STEP_MARKERS_NEEDED:
+        return None
+    cuts = [0, *(m.start() for m in marks if m.start() > 0), len(query)]
+    segments = [query[a:b].strip() for a, b in itertools.pairwise(cuts)]
+    lead, rest = segments[0], [seg for seg in segments[1:] if seg]
+    announces = lead.endswith(":") or bool(_LIST_OPENER.match(marks[0].group(0)))
+    if lead and not announces and any(not _CONTEXT.match(c) for c in request_clauses(lead)):
+        rest.insert(0, lead)
+    return rest or None
+
+
+def _clause_goals(query: str, limit: int) -> list[str]:
+    """`sub_goals` of a request without marked steps: its asking clauses."""
     goals: list[str] = []
     context = False  # the clause before stated context (its arguments are context too)
     for clause in request_clauses(query, limit):
