@@ -249,6 +249,38 @@ def test_combiner_recovers_the_weights_that_generated_the_choices():
     assert np.abs(w[4:]).max() < 0.15
 
 
+def test_combiner_fit_stops_at_its_optimum_on_badly_scaled_features():
+    # The loss is strictly convex, so its optimum is the same on every machine; a fit that
+    # stops near it stops where the order of its float sums leads (another thread count,
+    # another machine), and a prompt with probabilities to 3 decimals is not rebuilt there.
+    # The gradient, computed here independently, must vanish at the fitted weights.
+    rng = np.random.default_rng(5)
+    feats, targets = [], []
+    for _ in range(600):
+        n = int(rng.integers(2, 30))
+        x = np.zeros((n, len(hybrid.FEATURES)))
+        x[:, 0] = rng.normal(size=n)
+        x[:, 1] = 30.0 * x[:, 0] + 0.3 * rng.normal(size=n)  # nearly collinear, 30x the scale
+        x[:, 2] = 5.0 * (rng.random(n) < 0.02)  # rare
+        x[:, 3] = 0.01 * rng.normal(size=n)  # tiny
+        s = x[:, 0] + 0.02 * x[:, 1] + 0.3 * x[:, 2]
+        p = np.exp(s - s.max())
+        mask = np.zeros(n, dtype=bool)
+        mask[rng.choice(n, p=p / p.sum())] = True
+        feats.append(x)
+        targets.append(mask)
+    prior, l2 = np.zeros(len(hybrid.FEATURES)), 0.5
+    rows = np.vstack(feats)
+    second_moment = rows.T @ rows / len(rows) + hybrid.RIDGE * np.eye(rows.shape[1])
+    steps = list(zip(feats, targets, strict=True))
+    w = hybrid._fit_combiner(hybrid._HeldOut.stack(feats, targets), prior, l2)
+    grad = l2 * second_moment @ (w - prior)
+    for x, mask in steps:
+        e = np.exp(x @ w - (x @ w).max())
+        grad += x.T @ (e / e.sum() - np.where(mask, e, 0.0) / e[mask].sum())
+    assert np.abs(grad).max() < 1e-7  # SciPy's default stop left 1e-5 here
+
+
 def test_combiner_l2_pulls_to_the_prior_and_beats_one_feature():
     feats, targets = _synthetic_held_out(1, steps=50)
     held = hybrid._HeldOut.stack(feats, targets)
@@ -399,6 +431,40 @@ def test_sub_goals_merge_clauses_that_only_add_an_argument():
         "Get the weather in Paris"
     ]
     assert len(sub_goals("Thanks to the rain, book a taxi. Then get the weather in Oslo")) == 2
+
+
+def test_a_request_of_marked_steps_has_one_sub_goal_per_step():
+    from dtdr_agents.foundation.clauses import sub_goals
+
+    # details, restatements and a preamble belong to the step they are in
+    query = (
+        "I need some help with my research paper. Please retrieve the lemma of the word "
+        "'apple' using the lemmatizer API. Then, find information about a librarian named "
+        "John Smith. If possible, include details about their qualification and "
+        "specialization. Finally, I would like to see the floor plan of room 301."
+    )
+    goals = sub_goals(query)
+    assert len(goals) == 3
+    assert goals[1].startswith("Then, find") and goals[1].endswith("specialization.")
+    # the text before "First" (or "1.") announces the list; context alone is no step
+    assert (
+        len(
+            sub_goals(
+                "I need your help with tasks. First, run X now. Then, get Y. Finally, send Z."
+            )
+        )
+        == 3
+    )
+    numbered = "Help me with these tasks: 1. Apply the rules. 2. Retrieve the plan. 3. Submit it."
+    assert sub_goals(numbered) == ["1. Apply the rules.", "2. Retrieve the plan.", "3. Submit it."]
+    assert (
+        len(sub_goals("I have an image 'example.jpg'. Then, classify it. Finally, caption it."))
+        == 2
+    )
+    # one marked sentence is no list: the clauses decide
+    assert len(sub_goals("Get the weather in Paris. Then book a taxi and send an email")) == 3
+    # a clause that states what the user has, and what it needs done, asks
+    assert len(sub_goals("I have a report that I need to translate. Please read it aloud")) == 2
 
 
 def test_a_clause_names_a_parameter_when_it_holds_its_specific_words():
