@@ -353,7 +353,7 @@ def test_refused_baseline_is_reported_in_the_comparisons(
     )
     (sizes,) = plan.counted.values()
     assert len(sizes) == len([r for r in probe.requests if r.retriever == "none"])
-    hybrid = [r for r in report["results"] if r["retriever"] == "hybrid"][0]
+    hybrid = next(r for r in report["results"] if r["retriever"] == "hybrid")
     expected = hybrid["intervals"]["prompt_tokens"]["value"] / (
         sum(t for _, t in sizes) / len(sizes)
     )
