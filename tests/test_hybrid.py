@@ -457,6 +457,7 @@ def test_a_request_of_marked_steps_has_one_sub_goal_per_step():
     )
     numbered = "Help me with these tasks: 1. Apply the rules. 2. Retrieve the plan. 3. Submit it."
     assert sub_goals(numbered) == ["1. Apply the rules.", "2. Retrieve the plan.", "3. Submit it."]
+    assert len(sub_goals("1. Apply the rules. 2. Retrieve the plan. 3. Submit it.")) == 3
     assert (
         len(sub_goals("I have an image 'example.jpg'. Then, classify it. Finally, caption it."))
         == 2

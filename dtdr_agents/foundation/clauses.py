@@ -117,9 +117,9 @@ def _marked_steps(query: str) -> list[str] | None:
     marks = list(_STEP_MARKER.finditer(query))
     if len(marks) < STEP_MARKERS_NEEDED:
         return None
-    cuts = [0, *(m.start() for m in marks if m.start() > 0), len(query)]
-    segments = [query[a:b].strip() for a, b in itertools.pairwise(cuts)]
-    lead, rest = segments[0], [seg for seg in segments[1:] if seg]
+    cuts = [m.start() for m in marks] + [len(query)]
+    lead = query[: cuts[0]].strip()  # empty when the request opens with a marked step
+    rest = [seg for a, b in itertools.pairwise(cuts) if (seg := query[a:b].strip())]
     announces = lead.endswith(":") or bool(_LIST_OPENER.match(marks[0].group(0)))
     if lead and not announces and any(not _CONTEXT.match(c) for c in request_clauses(lead)):
         rest.insert(0, lead)
