@@ -220,7 +220,6 @@ def prepare_e2e(
             counted[key] = [
                 (r.step.plan, r.prompt_tokens) for r in asked if (r.retriever, r.mode) == key
             ]
-        for cell in refused:
             if log:
                 log(f"skipping {cell['retriever']}/{cell['mode']}: {cell['reason']}")
     return E2EPlan(
