@@ -18,7 +18,7 @@ own features (the chains' end probabilities, DTDR-L's, the number of calls so fa
 
 With no demonstrations the weights are the zero-shot prior (`PRIOR_WEIGHTS`): BM25, dense
 similarity, the request's open sub-goals and the tool graph's edge from the last call, fused by
-rank, and the zero-shot stop rule for end-of-plan (held back while a sub-goal's best tool takes
+rank, with the files the request names feeding the tools that take them (`ArtefactFlow`), and the zero-shot stop rule for end-of-plan (held back while a sub-goal's best tool takes
 the last call's output). That prior is the zero-shot model itself, not a weaker one. With few
 demonstrations the combiner is pulled towards it (a penalty on how much the weights change the
 scores), so the hybrid moves from zero-shot to learned as demonstrations arrive.
@@ -47,6 +47,7 @@ from dtdr_agents.foundation.encoders import Encoder
 from dtdr_agents.foundation.errors import ModelLoadError
 from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Toolset
 from dtdr_agents.planning.planners import Planner
+from dtdr_agents.retrievers.artefacts import request_media
 from dtdr_agents.retrievers.base import Scores, ToolRetriever, softmax
 from dtdr_agents.retrievers.bm25 import BM25Retriever
 from dtdr_agents.retrievers.dtdr_c import DTDRC
@@ -336,13 +337,20 @@ class HybridRetriever(HybridFeatures):
         return self
 
     def _new_tool_prior(self, query: str, history: tuple[str, ...]) -> np.ndarray:
-        """The prior of tools added after fit, with the zero-shot model's graph term.
+        """The prior of tools added after fit, with the zero-shot model's graph terms.
 
         The query-similarity prior times ``1 / (1 + rank)`` of the tool's edge from the last
-        call (`_graph_ranks` over the current catalogue).
+        call (`_graph_ranks` over the current catalogue), and times ``2 ** flow`` of its
+        `ArtefactFlow.flow` (a tool that takes the request's file counts as one with an edge;
+        one that cannot run yet, half).
         """
         prior = super()._new_tool_prior(query, history)
-        ranks = self._graph_ranks(history, self._names[:-1])
+        names = self._names[:-1]
+        ranks = self._graph_ranks(history, names)
+        flow = self._artefact_flow()
+        if flow:
+            state = flow.state(request_media(query), history)
+            prior = prior * 2.0 ** flow.flow(flow.needs(names), *state)
         return np.asarray(prior / (1.0 + ranks))
 
     def _contribution_why(self, labels: np.ndarray, x: np.ndarray) -> Callable[[int], str]:

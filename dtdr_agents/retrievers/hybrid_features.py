@@ -27,6 +27,7 @@ from dtdr_agents.foundation.clauses import (
 )
 from dtdr_agents.foundation.types import Toolset
 from dtdr_agents.planning.planners import Planner, aplan_within, plan_within
+from dtdr_agents.retrievers.artefacts import ArtefactFlow, request_media
 from dtdr_agents.retrievers.base import ToolRetriever, softmax
 from dtdr_agents.retrievers.bm25 import BM25Retriever
 from dtdr_agents.retrievers.dtdr_c import DTDRC
@@ -118,6 +119,7 @@ class _QueryState:
     n_goals: int = 1  # sub-goals stated (the zero-shot stop rule's count)
     goals_from: str = "clauses"  # "planner", or "clauses" (and why, when the planner failed)
     goals: np.ndarray | None = None  # (n_goals, dim): `sub_goals` or the plan's (`_pending`)
+    media: int = 0  # the media kinds whose files the request names (`request_media`)
     # (the DTDR-L models, their logits of the query's block): the same at every step
     linear_query: tuple[tuple[object, object], list[np.ndarray]] | None = None
 
@@ -188,6 +190,7 @@ class HybridFeatures(ToolRetriever):
         | None
     ) = field(init=False, default=None)
     _graph_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(init=False, default=None)
+    _artefacts: tuple[ArtefactFlow, np.ndarray | None] | None = field(init=False, default=None)
     _graph_for: Toolset | None = field(init=False, default=None)
     _plans: LRUCache[str, tuple[tuple[str, ...] | None, str]] | None = field(
         init=False, default=None
@@ -342,6 +345,7 @@ class HybridFeatures(ToolRetriever):
             len(goals),
             goals_from,
             goals=goal_vectors,
+            media=request_media(query),
         )
 
     # --------------------------------------------------------------------- planned sub-goals
@@ -701,6 +705,8 @@ class HybridFeatures(ToolRetriever):
         ranks any tool can have (its relevance to the request is spent; not the last
         candidate's, which on a small catalogue can be better than a tool BM25 does not
         match at all): only an open sub-goal or an edge brings it back.
+        `artefact_flow` is the candidate's `ArtefactFlow.flow`: +1 when it takes a file the
+        request names that no call has taken, -1 when it needs a media kind nothing gives.
         `request_after_call` is the request's ranks after spending, at steps after the first
         call (the prior weighs them -0.5: the request counts half once work has begun).
         `end_zero_shot`
@@ -715,6 +721,10 @@ class HybridFeatures(ToolRetriever):
             x[:n_c, _F["open_sub_goal_rank"]] = -np.log1p(rank)
         scale = GIVEN_GRAPH_SCALE if self.graph is not None else 1.0
         x[:n_c, _F["graph_rank"]] = -scale * np.log1p(self._graph_rank(history, cands))
+        flow = self._artefact_flow()
+        if flow:
+            available, untaken = flow.state(qs.media, history)
+            x[:n_c, _F["artefact_flow"]] = flow.flow(self._label_needs()[cands], available, untaken)
         called = x[:n_c, _F["in_history"]] > 0
         request = x[:n_c, _F["bm25_rank"]] + x[:n_c, _F["dense_rank"]]
         worst = -2.0 * np.log1p(max(n_c, self.candidates))  # the last rank by both
@@ -781,6 +791,23 @@ class HybridFeatures(ToolRetriever):
             self._graph_cache = graph
         return graph
 
+    def _artefact_flow(self) -> ArtefactFlow:
+        """The media needs and gives of the current catalogue's tools (built once, as the graph)."""
+        if self._artefacts is None:
+            tools = self._graph_for if self._graph_for is not None else self.fit_tools_
+            self._artefacts = (ArtefactFlow(tools), None)
+        return self._artefacts[0]
+
+    def _label_needs(self) -> np.ndarray:
+        """`ArtefactFlow.needs` of the labels (the fit tools, then end-of-plan's 0; kept)."""
+        flow = self._artefact_flow()
+        assert self._artefacts is not None
+        needs = self._artefacts[1]
+        if needs is None:
+            needs = flow.needs(self.labels_)  # end-of-plan is no tool: 0
+            self._artefacts = (flow, needs)
+        return needs
+
     def _graph_ranks(self, history: tuple[str, ...], names: Sequence[str]) -> np.ndarray:
         """`edge_ranks` of the named tools (any of the current catalogue) from the last call."""
         graph = self._tool_graph()
@@ -795,6 +822,7 @@ class HybridFeatures(ToolRetriever):
             return
         self._graph_cache = None
         self._graph_rows = None
+        self._artefacts = None
         self._graph_for = tools
         self._successor_rows = {}
 
