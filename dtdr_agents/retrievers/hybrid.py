@@ -18,8 +18,9 @@ own features (the chains' end probabilities, DTDR-L's, the number of calls so fa
 
 With no demonstrations the weights are the zero-shot prior (`PRIOR_WEIGHTS`): BM25, dense
 similarity, the request's open sub-goals and the tool graph's edge from the last call, fused by
-rank, with the files the request names feeding the tools that take them (`ArtefactFlow`), and the zero-shot stop rule for end-of-plan (held back while a sub-goal's best tool takes
-the last call's output). That prior is the zero-shot model itself, not a weaker one. With few
+rank, with the files the request names feeding the tools that take them (`ArtefactFlow`),
+and the zero-shot stop rule for end-of-plan (held back while a sub-goal's best tool takes the
+last call's output). That prior is the zero-shot model itself, not a weaker one. With few
 demonstrations the combiner is pulled towards it (a penalty on how much the weights change the
 scores), so the hybrid moves from zero-shot to learned as demonstrations arrive.
 
