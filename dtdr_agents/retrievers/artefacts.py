@@ -79,7 +79,7 @@ def tool_needs(tool: Tool) -> int:
     if not isinstance(props, Mapping):
         return 0
     required = tool.parameters.get("required")
-    names = required if isinstance(required, list) else list(props)
+    names = list(required) if isinstance(required, (list, tuple)) else list(props)
     return kinds_mask(k for k in map(media_kind, names) if k is not None)
 
 
