@@ -294,6 +294,44 @@ def test_combiner_l2_pulls_to_the_prior_and_beats_one_feature():
     assert mrr["hybrid"] > mrr["dtdr-l"]
 
 
+def test_held_out_subsets_split_the_loss():
+    feats, targets = _synthetic_held_out(2, steps=40)
+    held = hybrid._HeldOut.stack(feats, targets)
+    w = np.random.default_rng(0).normal(size=len(hybrid.FEATURES))
+    mask = np.arange(held.n_steps) % 3 == 0
+    part, rest = held.take(mask), held.take(~mask)
+    assert (part.n_steps, rest.n_steps) == (14, 26)
+    assert part.loss(w) + rest.loss(w) == pytest.approx(held.loss(w))
+    assert held.take(np.zeros(held.n_steps, dtype=bool)).loss(w) == 0.0
+
+
+def test_the_pull_is_chosen_by_held_out_requests():
+    """A prior that is the truth is best kept on few steps (the strongest pull wins); a prior
+    that knows nothing loses to many steps (the weakest pull wins)."""
+    true_w = np.zeros(len(hybrid.FEATURES))
+    true_w[:4] = [2.0, -1.0, 0.5, 1.5]
+    feats, targets = _synthetic_held_out(3, steps=30)
+    few = hybrid._HeldOut.stack(feats, targets)
+    groups = np.arange(few.n_steps) % 3
+    chosen, losses = hybrid._select_l2(few, groups, true_w, [2.0, 8.0, 32.0])
+    assert chosen == 32.0 and set(losses) == {"2.0", "8.0", "32.0"}
+    feats, targets = _synthetic_held_out(4, steps=600)
+    many = hybrid._HeldOut.stack(feats, targets)
+    groups = np.arange(many.n_steps) % 3
+    chosen, losses = hybrid._select_l2(many, groups, np.zeros(len(hybrid.FEATURES)), [2.0, 32.0])
+    assert chosen == 2.0 and losses["2.0"] < losses["32.0"]
+
+
+def test_the_fit_records_the_pull_it_chose(encoder, demo_data, demo_split):
+    train, _ = demo_split
+    chosen = HybridRetriever(encoder=encoder, n_folds=3).fit(train[:30], demo_data.tools)
+    assert chosen.cv_["l2"] in {2.0 * m for m in hybrid.L2_MULTIPLES}
+    assert set(chosen.cv_["l2_losses"]) == {str(2.0 * m) for m in hybrid.L2_MULTIPLES}
+    fixed = HybridRetriever(encoder=encoder, n_folds=3, select_l2=False, l2=5.0)
+    fixed.fit(train[:30], demo_data.tools)
+    assert fixed.cv_["l2"] == 5.0 and "l2_losses" not in fixed.cv_
+
+
 def test_combiner_pull_is_on_the_scores_not_the_raw_weights():
     # Feature 1 carries the same evidence as feature 0 on a ten times larger scale. A pull on
     # the scores shrinks both contributions alike; a plain L2 on the weights would barely

@@ -7,6 +7,7 @@ zero-shot prior `PRIOR_WEIGHTS` (see `dtdr_agents.retrievers.hybrid`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -150,6 +151,20 @@ class _HeldOut:
     def n_steps(self) -> int:
         return len(self.starts)
 
+    def take(self, steps: np.ndarray) -> _HeldOut:
+        """The held-out steps where `steps` (a boolean mask over steps) is true."""
+        rows = steps[self.step_of_row]
+        lengths = np.diff(np.append(self.starts, len(self.x)))[steps]
+        return _HeldOut(self.x[rows], self.good[rows], np.cumsum(lengths) - lengths)
+
+    def loss(self, weights: np.ndarray) -> float:
+        """Summed negative log-probability of each step's acceptable candidates."""
+        if self.n_steps == 0:
+            return 0.0
+        s = self.x @ weights
+        lse_good = self.log_sum_exp(np.where(self.good, s, -np.inf))
+        return float((self.log_sum_exp(s) - lse_good).sum())
+
     @cached_property
     def step_of_row(self) -> np.ndarray:
         """Each row's step (computed once: the optimiser needs it at every evaluation)."""
@@ -212,6 +227,30 @@ def _fit_combiner(held: _HeldOut, prior: np.ndarray, l2: float) -> np.ndarray:
     )
     out: np.ndarray = prior + np.asarray(res.x, dtype=np.float64) / scale
     return out
+
+
+def _select_l2(
+    held: _HeldOut, groups: np.ndarray, prior: np.ndarray, choices: Sequence[float]
+) -> tuple[float, dict[str, float]]:
+    """The pull among `choices` whose combiner predicts held-out groups of steps best.
+
+    For each choice, the combiner is fitted on all groups of steps but one and its loss
+    (`_HeldOut.loss`) summed over the left-out groups; the choice of least loss wins (ties:
+    the weakest pull). `groups` gives each step's group (its demonstration's, so that no
+    request is on both sides).
+
+    Returns:
+        (the chosen pull, each choice's summed loss by ``str(choice)``).
+    """
+    losses: dict[str, float] = {}
+    for l2 in choices:
+        total = 0.0
+        for g in np.unique(groups):
+            out = groups == g
+            total += held.take(out).loss(_fit_combiner(held.take(~out), prior, l2))
+        losses[str(l2)] = total
+    best = min(choices, key=lambda c: (losses[str(c)], c))
+    return best, losses
 
 
 def _held_out_mrr(held: _HeldOut, weights: np.ndarray) -> dict[str, float]:
