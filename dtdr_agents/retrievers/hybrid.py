@@ -94,8 +94,10 @@ TaskBench-HF, means over seeds 0 to 2, tool-MRR at 10 / 50 / 100 demonstrations:
 
 L2_SELECT_ROWS = 10_000
 """`select_l2` runs when the held-out steps hold at most this many candidate rows (it fits
-the combiner 9 times: 3 pulls by 3 groups of folds). Beyond, the demonstrations outweigh
-any of the pulls and `l2` is used as it is."""
+the combiner 9 times: 3 pulls by 3 groups of folds; on TaskBench-HF at 100 demonstrations,
+378 held-out steps, the fit took 2.27 s with it and 1.71 s without). Beyond, `l2` is used as
+it is: with that many steps the weakest pull won every selection measured (TaskBench-HF at
+50, 80 and 100 demonstrations, seed 0)."""
 
 L2_SELECT_GROUPS = 3
 """Groups of folds `select_l2` leaves out in turn (a step's group: its fold modulo this)."""
