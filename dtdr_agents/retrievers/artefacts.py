@@ -92,14 +92,21 @@ class ArtefactFlow:
     """Each tool's media needs and gives over a catalogue, and the per-step `flow`."""
 
     def __init__(self, tools: Iterable[Tool]) -> None:
-        """Read the needs and gives of every tool of `tools`."""
+        """Read the needs and gives of every tool of `tools`.
+
+        `names` and `catalogue_needs` keep the tools' names and needs masks in their order.
+        """
         self._needs: dict[str, int] = {}
         self._gives: dict[str, int] = {}
+        names: list[str] = []
         for tool in tools:
+            names.append(tool.name)
             if needs := tool_needs(tool):
                 self._needs[tool.name] = needs
             if gives := tool_gives(tool):
                 self._gives[tool.name] = gives
+        self.names: tuple[str, ...] = tuple(names)
+        self.catalogue_needs: np.ndarray = self.needs(self.names)
 
     def __bool__(self) -> bool:
         """Whether any tool needs a media kind (else every `flow` is 0)."""

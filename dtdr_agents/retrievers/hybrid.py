@@ -48,7 +48,6 @@ from dtdr_agents.foundation.encoders import Encoder
 from dtdr_agents.foundation.errors import ModelLoadError
 from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Toolset
 from dtdr_agents.planning.planners import Planner
-from dtdr_agents.retrievers.artefacts import request_media
 from dtdr_agents.retrievers.base import Scores, ToolRetriever, softmax
 from dtdr_agents.retrievers.bm25 import BM25Retriever
 from dtdr_agents.retrievers.dtdr_c import DTDRC
@@ -379,9 +378,10 @@ class HybridRetriever(HybridFeatures):
         names = self._names[:-1]
         ranks = self._graph_ranks(history, names)
         flow = self._artefact_flow()
-        if flow:
-            state = flow.state(request_media(query), history)
-            prior = prior * 2.0 ** flow.flow(flow.needs(names), *state)
+        if flow:  # built over the current catalogue: its needs are in `names`' order
+            needs = flow.catalogue_needs if flow.names == names else flow.needs(names)
+            state = flow.state(self._query_state(query).media, history)
+            prior = prior * 2.0 ** flow.flow(needs, *state)
         return np.asarray(prior / (1.0 + ranks))
 
     def _contribution_why(self, labels: np.ndarray, x: np.ndarray) -> Callable[[int], str]:

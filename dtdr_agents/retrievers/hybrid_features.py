@@ -190,7 +190,8 @@ class HybridFeatures(ToolRetriever):
         | None
     ) = field(init=False, default=None)
     _graph_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(init=False, default=None)
-    _artefacts: tuple[ArtefactFlow, np.ndarray | None] | None = field(init=False, default=None)
+    _artefacts: ArtefactFlow | None = field(init=False, default=None)
+    _label_needs_: np.ndarray | None = field(init=False, default=None)  # over `labels_`
     _graph_for: Toolset | None = field(init=False, default=None)
     _plans: LRUCache[str, tuple[tuple[str, ...] | None, str]] | None = field(
         init=False, default=None
@@ -795,18 +796,14 @@ class HybridFeatures(ToolRetriever):
         """The media needs and gives of the current catalogue's tools (built once, as the graph)."""
         if self._artefacts is None:
             tools = self._graph_for if self._graph_for is not None else self.fit_tools_
-            self._artefacts = (ArtefactFlow(tools), None)
-        return self._artefacts[0]
+            self._artefacts = ArtefactFlow(tools)
+        return self._artefacts
 
     def _label_needs(self) -> np.ndarray:
         """`ArtefactFlow.needs` of the labels (the fit tools, then end-of-plan's 0; kept)."""
-        flow = self._artefact_flow()
-        assert self._artefacts is not None
-        needs = self._artefacts[1]
-        if needs is None:
-            needs = flow.needs(self.labels_)  # end-of-plan is no tool: 0
-            self._artefacts = (flow, needs)
-        return needs
+        if self._label_needs_ is None:
+            self._label_needs_ = self._artefact_flow().needs(self.labels_)
+        return self._label_needs_
 
     def _graph_ranks(self, history: tuple[str, ...], names: Sequence[str]) -> np.ndarray:
         """`edge_ranks` of the named tools (any of the current catalogue) from the last call."""
@@ -823,6 +820,7 @@ class HybridFeatures(ToolRetriever):
         self._graph_cache = None
         self._graph_rows = None
         self._artefacts = None
+        self._label_needs_ = None
         self._graph_for = tools
         self._successor_rows = {}
 
