@@ -242,13 +242,11 @@ def _select_l2(
     Returns:
         (the chosen pull, each choice's summed loss by ``str(choice)``).
     """
-    losses: dict[str, float] = {}
-    for l2 in choices:
-        total = 0.0
-        for g in np.unique(groups):
-            out = groups == g
-            total += held.take(out).loss(_fit_combiner(held.take(~out), prior, l2))
-        losses[str(l2)] = total
+    splits = [(held.take(groups != g), held.take(groups == g)) for g in np.unique(groups)]
+    losses = {
+        str(l2): sum(out.loss(_fit_combiner(fit, prior, l2)) for fit, out in splits)
+        for l2 in choices
+    }
     best = min(choices, key=lambda c: (losses[str(c)], c))
     return best, losses
 
