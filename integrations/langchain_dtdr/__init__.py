@@ -15,20 +15,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dtdr_agents.foundation.selection import SelectionPolicy
-from dtdr_agents.runtime import BindingPolicy, StepRecord, run_report
-from langchain_dtdr.messages import NoRequestError, Turn, current_turn, is_final_answer
-from langchain_dtdr.recording import DTDRRecorderCallback, record_turn
-from langchain_dtdr.retrievers import DTDRRetriever
-from langchain_dtdr.selector import (
-    CatalogueMismatchError,
-    ToolSelector,
-    ToolStep,
-    UnboundToolCallError,
-    merge_selection_records,
-    record_metadata,
-    unbound_tool_message,
-)
+from dtdr_agents.foundation.extras import needs_extra
+
+with needs_extra("langchain_dtdr", "langchain"):  # a missing framework: name its extra
+    from dtdr_agents.foundation.selection import SelectionPolicy
+    from dtdr_agents.runtime import BindingPolicy, StepRecord, run_report
+    from langchain_dtdr.messages import NoRequestError, Turn, current_turn, is_final_answer
+    from langchain_dtdr.recording import DTDRRecorderCallback, record_turn
+    from langchain_dtdr.retrievers import DTDRRetriever
+    from langchain_dtdr.selector import (
+        CatalogueMismatchError,
+        ToolSelector,
+        ToolStep,
+        UnboundToolCallError,
+        merge_selection_records,
+        record_metadata,
+        unbound_tool_message,
+    )
 
 if TYPE_CHECKING:
     from langchain_dtdr.middleware import DTDRMiddleware, DTDRMiddlewareState
@@ -60,7 +63,8 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """Import the middleware lazily: it needs the optional ``langchain`` package."""
     if name in ("DTDRMiddleware", "DTDRMiddlewareState"):
-        from langchain_dtdr import middleware
+        with needs_extra("langchain_dtdr.middleware", "langchain"):
+            from langchain_dtdr import middleware
 
         return getattr(middleware, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,18 +11,21 @@
 
 from __future__ import annotations
 
-from dtdr_agents.foundation.selection import SelectionPolicy
-from dtdr_agents.runtime import BindingPolicy, StepRecord, run_report
-from langchain_dtdr.selector import ToolSelector, ToolStep
-from langgraph_dtdr.agent import (
-    DTDRAgentState,
-    OnUnbound,
-    create_dtdr_agent,
-    create_model_node,
-    create_record_node,
-    create_select_tools_node,
-    create_tool_node,
-)
+from dtdr_agents.foundation.extras import needs_extra
+
+with needs_extra("langgraph_dtdr", "langgraph"):  # a missing framework: name its extra
+    from dtdr_agents.foundation.selection import SelectionPolicy
+    from dtdr_agents.runtime import BindingPolicy, StepRecord, run_report
+    from langchain_dtdr.selector import ToolSelector, ToolStep
+    from langgraph_dtdr.agent import (
+        DTDRAgentState,
+        OnUnbound,
+        create_dtdr_agent,
+        create_model_node,
+        create_record_node,
+        create_select_tools_node,
+        create_tool_node,
+    )
 
 __all__ = [
     "BindingPolicy",

@@ -10,10 +10,13 @@
 
 from __future__ import annotations
 
-from dtdr_agents.foundation.selection import SelectionPolicy
-from dtdr_agents.runtime import BindingPolicy, StepRecord, run_report
-from llama_index_dtdr.agent import RECORDS_KEY, DTDRFunctionAgent
-from llama_index_dtdr.retriever import DTDRObjectRetriever, core_tool
+from dtdr_agents.foundation.extras import needs_extra
+
+with needs_extra("llama_index_dtdr", "llamaindex"):  # a missing framework: name its extra
+    from dtdr_agents.foundation.selection import SelectionPolicy
+    from dtdr_agents.runtime import BindingPolicy, StepRecord, run_report
+    from llama_index_dtdr.agent import RECORDS_KEY, DTDRFunctionAgent
+    from llama_index_dtdr.retriever import DTDRObjectRetriever, core_tool
 
 __all__ = [
     "RECORDS_KEY",

@@ -10,17 +10,20 @@ folder, taking up new versions between steps. ``python -m mcp_dtdr.loadbench`` m
 
 from __future__ import annotations
 
-from mcp_dtdr.proxy import (
-    SEARCH_TOOLS,
-    SET_TASK,
-    ProxyConfig,
-    ProxySession,
-    Upstream,
-    UpstreamError,
-    build_server,
-    run_proxy,
-    serve_proxy,
-)
+from dtdr_agents.foundation.extras import needs_extra
+
+with needs_extra("mcp_dtdr", "mcp"):  # a missing framework: name its extra
+    from mcp_dtdr.proxy import (
+        SEARCH_TOOLS,
+        SET_TASK,
+        ProxyConfig,
+        ProxySession,
+        Upstream,
+        UpstreamError,
+        build_server,
+        run_proxy,
+        serve_proxy,
+    )
 
 __all__ = [
     "SEARCH_TOOLS",
