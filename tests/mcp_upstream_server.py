@@ -2,6 +2,7 @@
 
     python tests/mcp_upstream_server.py --tools tools.json [--duplicate] [--fail-on NAME]
         [--slow-on NAME] [--die-on NAME] [--hang-start] [--swap-tools FILE --swap-when PATH]
+        [--ignore-term] [--grandchild] [--pid-file PATH]
 
 Every tool of ``tools.json`` (a JSON list of ``{"name", "description", "parameters"}``) answers
 ``{"tool": name, "args": {...}}``; ``--fail-on`` makes a tool return an error result,
@@ -9,7 +10,10 @@ Every tool of ``tools.json`` (a JSON list of ``{"name", "description", "paramete
 the first tool twice and ``--hang-start`` never answers the handshake. With ``--swap-tools``,
 once the file ``--swap-when`` exists, the server lists the tools of ``--swap-tools`` instead,
 answers calls of the others with an error result, and sends ``notifications/tools/list_changed``
-(to the client that listed its tools). Standard library + mcp.
+(to the client that listed its tools). ``--ignore-term`` ignores SIGTERM, ``--grandchild`` starts
+a process of its own (which ignores SIGTERM too) that sleeps for an hour, and ``--pid-file``
+writes the process ids (this server's, then the grandchild's), one a line, once they run; the
+lifecycle tests read it to check that nothing the proxy started survives. Standard library + mcp.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 from typing import Any
@@ -25,6 +31,9 @@ import anyio
 import mcp_types as types
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
+
+GRANDCHILD = "mcp_upstream_grandchild"
+"""The last argument of the grandchild's command line (``--grandchild``), to recognise it."""
 
 
 def read_tools(path: str) -> list[types.Tool]:
@@ -51,7 +60,26 @@ def main() -> None:
     parser.add_argument("--hang-start", action="store_true")
     parser.add_argument("--swap-tools", default="")
     parser.add_argument("--swap-when", default="")
+    parser.add_argument("--ignore-term", action="store_true")
+    parser.add_argument("--grandchild", action="store_true")
+    parser.add_argument("--pid-file", default="")
     args = parser.parse_args()
+    if args.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    pids = [os.getpid()]
+    if args.grandchild:
+        code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        code += "time.sleep(3600)"
+        grandchild = subprocess.Popen(
+            [sys.executable, "-c", code, GRANDCHILD],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+        )
+        pids.append(grandchild.pid)
+    if args.pid_file:
+        with open(args.pid_file + ".tmp", "w", encoding="utf-8") as fh:
+            fh.write("".join(f"{pid}\n" for pid in pids))
+        os.replace(args.pid_file + ".tmp", args.pid_file)
     tools = read_tools(args.tools)
     if args.duplicate:
         tools.append(tools[0])

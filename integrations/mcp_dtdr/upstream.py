@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
@@ -12,6 +15,7 @@ from typing import Any, TextIO
 import anyio
 import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.stdio import get_default_environment
 from mcp.shared.exceptions import MCPError
 
 from dtdr_agents.foundation.errors import DTDRError
@@ -76,14 +80,13 @@ class Upstream:
         if not argv:
             upstream.error = "no upstream command was given"
             return upstream
-        params = StdioServerParameters(
-            command=argv[0], args=list(argv[1:]), env=dict(env) if env is not None else None
-        )
+        connection = AsyncExitStack()  # closed at once when the start fails
         try:
-            read, write = await stack.enter_async_context(
+            params = _guarded(argv, env)
+            read, write = await connection.enter_async_context(
                 stdio_client(params, errlog=errlog or sys.stderr)
             )
-            session = await stack.enter_async_context(
+            session = await connection.enter_async_context(
                 ClientSession(
                     read,
                     write,
@@ -94,24 +97,34 @@ class Upstream:
             with anyio.fail_after(timeout):
                 await session.initialize()
             tools = await upstream._list(session)
-        except UpstreamError as exc:
-            upstream.error = str(exc)
+        except BaseException as exc:
+            # a failed start leaves nothing running: the server (and whatever it started)
+            # ends now, not when the proxy exits
+            await connection.aclose()
+            if not isinstance(exc, Exception):
+                raise
+            upstream.error = upstream._start_error(exc)
             return upstream
-        except TimeoutError:
-            upstream.error = (
-                f"the upstream MCP server {upstream.name!r} did not complete the MCP handshake "
-                f"within {timeout:g} s"
-            )
-            return upstream
-        except (OSError, MCPError, ValueError, RuntimeError) as exc:
-            upstream.error = (
-                f"the upstream MCP server {upstream.name!r} could not be started or initialized: "
-                f"{type(exc).__name__}: {exc}"
-            )
-            return upstream
+        stack.push_async_exit(connection)
         upstream.session = session
         upstream.tools = tools
         return upstream
+
+    def _start_error(self, exc: Exception) -> str:
+        """Why the start failed, for the client; re-raises what is not a start failure."""
+        if isinstance(exc, UpstreamError):
+            return str(exc)
+        if isinstance(exc, TimeoutError):
+            return (
+                f"the upstream MCP server {self.name!r} did not complete the MCP handshake "
+                f"within {self.timeout:g} s"
+            )
+        if isinstance(exc, OSError | MCPError | ValueError | RuntimeError):
+            return (
+                f"the upstream MCP server {self.name!r} could not be started or initialized: "
+                f"{type(exc).__name__}: {exc}"
+            )
+        raise exc
 
     async def _list(self, session: ClientSession) -> list[types.Tool]:
         tools: list[types.Tool] = []
@@ -208,6 +221,36 @@ class Upstream:
                 f"tools/call {name!r}: {type(exc).__name__}"
             )
             raise _mcp_error(f"dtdr-agents mcp-proxy: {self.error}") from exc
+
+
+KILL_GRACE = 1.0
+"""Seconds between SIGTERM and SIGKILL when the upstream is ended (`mcp_dtdr.guard`)."""
+
+
+def _guarded(argv: Sequence[str], env: Mapping[str, str] | None) -> StdioServerParameters:
+    """How to start `argv` so that it ends with the proxy, on every exit path.
+
+    The SDK starts a server in a session of its own and, when the connection closes, closes
+    its stdin, then sends SIGTERM and SIGKILL to its process group; that does not run when the
+    proxy itself is killed, and a server's children leave the group of a server that exited.
+    On POSIX the command therefore runs under `mcp_dtdr.guard`, which ends the command's
+    whole process group (SIGTERM, then SIGKILL after `KILL_GRACE` seconds) when the command
+    exits, when the SDK stops it, or when the proxy is gone.
+
+    Raises:
+        FileNotFoundError: The command is not found (on the upstream's ``PATH``) or not
+            executable: said here, since the guard would only see it after the start.
+    """
+    environment = get_default_environment() | dict(env or {})
+    if os.name != "posix" or not sys.executable:
+        return StdioServerParameters(command=argv[0], args=list(argv[1:]), env=environment)
+    if shutil.which(argv[0], path=environment.get("PATH", os.defpath)) is None:
+        raise FileNotFoundError(
+            errno.ENOENT, "no such executable (on the upstream's PATH)", argv[0]
+        )
+    guard = Path(__file__).with_name("guard.py")
+    head = ["-I", "-S", str(guard), str(os.getpid()), f"{KILL_GRACE:g}"]
+    return StdioServerParameters(command=sys.executable, args=[*head, *argv], env=environment)
 
 
 def _upstream_argv(argv: Any) -> tuple[str, ...]:
