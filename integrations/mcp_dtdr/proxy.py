@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -78,6 +77,7 @@ from mcp_dtdr.names import (
     listed_names,
 )
 from mcp_dtdr.network import _loop_options, listen
+from mcp_dtdr.refusal import ModelRefusal, _say
 from mcp_dtdr.reloading import publish_root, published_models
 from mcp_dtdr.session import (
     ProxyConfig,
@@ -113,16 +113,23 @@ def _text(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
 
-def build_server(upstream: Upstream, retriever: ToolRetriever | None, config: ProxyConfig) -> Any:
+def build_server(
+    upstream: Upstream,
+    retriever: ToolRetriever | None,
+    config: ProxyConfig,
+    *,
+    model_name: str | None = None,
+) -> Any:
     """The MCP `Server` of the proxy over a started `upstream` and a retriever.
 
     With `retriever` None, a zero-shot `dtdr_agents.runtime.DEFAULT_RETRIEVER` is fitted on
     the upstream's tools with no demonstrations. When the upstream failed (or the retriever
     cannot rank its tools), the server still answers: ``tools/list`` and ``tools/call``
-    return an MCP error saying why. The server does not follow the upstream's tool changes;
-    `serve_proxy` does.
+    return an MCP error saying why; a retriever that fails to rank is refused from then on
+    (`mcp_dtdr.refusal`; `model_name`, e.g. its folder, names it). The server does not
+    follow the upstream's tool changes; `serve_proxy` does.
     """
-    return _build(upstream, retriever, config).server
+    return _build(upstream, retriever, config, model_name=model_name).server
 
 
 @dataclass
@@ -170,6 +177,7 @@ def _build(
     *,
     per_connection: bool = False,
     store: SessionStore | None = None,
+    model_name: str | None = None,
 ) -> _Built:
     """The server (see `build_server`) and the task that follows the upstream's tool changes.
 
@@ -183,11 +191,18 @@ def _build(
     step selected again (`ProxySession.restore`), and a changed state saved before the answer;
     no state stays in this process, and no change notification is sent (clients list again).
 
+    A ranking that fails refuses the model (`ModelRefusal`, `model_name` naming it): the
+    request is told why once, later requests get a short error and no ranking runs.
+
     The follow task (None when the upstream is unusable) waits for each upstream
     ``notifications/tools/list_changed``, lists the upstream's tools again, retargets the
     retriever and every live session, and tells each client whose list changed.
     """
     lock = anyio.Lock()  # held around every ranking: the sessions share the retriever
+    refusal = ModelRefusal(
+        _model_name(retriever, model_name),
+        retriever if isinstance(retriever, Reloader) else None,
+    )
     catalogue: _Catalogue | None = None
     if upstream.session is not None:
         try:
@@ -235,11 +250,13 @@ def _build(
     async def session_of(ctx: ServerRequestContext[Any]) -> tuple[str, ProxySession]:
         """The request's session: from the store, or this process's live sessions."""
         if stored is None:
-            return "", live(ctx)
+            session = live(ctx)
+            refusal.check()
+            return "", session
         key = session_key(ctx)
         upstream.check()
         assert catalogue is not None
-        return key, await stored.load(key, catalogue)
+        return key, await stored.load(key, catalogue, refusal.rank)
 
     async def notify(notifiers: Sequence[Any]) -> None:
         """Tell these clients that their list of tools changed."""
@@ -272,7 +289,7 @@ def _build(
             )
             async with sess.lock:
                 before = sess.exposed()
-                result = _text(await anyio.to_thread.run_sync(change, args.get(arg)))
+                result = _text(await refusal.rank(change, args.get(arg)))
                 after = sess.exposed()
         else:
             state = sess.state
@@ -288,7 +305,7 @@ def _build(
             result = await upstream.call(name, args)
             async with sess.lock:
                 before = sess.exposed()
-                await anyio.to_thread.run_sync(sess.record_call, name)
+                await refusal.rank_after_call(sess.record_call, name)
                 after = sess.exposed()
         if stored is not None:  # stateless: nothing stays here, no channel to notify on
             await stored.save(key, sess)
@@ -353,6 +370,17 @@ def _build(
     )
 
 
+def _model_name(retriever: ToolRetriever | Reloader[Any] | None, given: str | None) -> str:
+    """How messages name the model the proxy serves."""
+    if given is not None:
+        return given
+    if isinstance(retriever, Reloader):
+        return str(retriever.root)
+    if retriever is None:
+        return f"zero-shot {DEFAULT_RETRIEVER} (no --model)"
+    return f"{type(retriever).__name__} retriever"
+
+
 async def _poll_models(reloader: Reloader[Any], interval: float) -> None:
     """Look for a newly published version every `interval` seconds (outside any step).
 
@@ -369,11 +397,6 @@ async def _poll_models(reloader: Reloader[Any], interval: float) -> None:
         for name in set(reloader.refused) - refused:
             _say(f"{name} is refused ({reloader.refused[name]}); {running} keeps serving")
         refused = set(reloader.refused)
-
-
-def _say(text: str) -> None:
-    """One line to stderr (the client's channel is stdout on stdio)."""
-    print(f"dtdr-agents mcp-proxy: {text}", file=sys.stderr, flush=True)
 
 
 async def _run_beside(built: _Built, reload_interval: float | None, main: Any) -> None:
@@ -396,16 +419,18 @@ async def serve_proxy(
     *,
     env: Mapping[str, str] | None = None,
     reload_interval: float | None = None,
+    model_name: str | None = None,
 ) -> None:
     """Start the upstream and serve one client on the given streams until it disconnects.
 
     `retriever` None fits a zero-shot default retriever on the upstream's tools; a
-    `Reloader` (`published_models`) is polled every `reload_interval` seconds.
+    `Reloader` (`published_models`) is polled every `reload_interval` seconds. `model_name`
+    (e.g. the model's folder) names the model in errors.
     """
     argv = _upstream_argv(upstream_argv)
     async with AsyncExitStack() as stack:
         upstream = await Upstream.start(stack, argv, timeout=config.timeout, env=env)
-        built = _build(upstream, retriever, config)
+        built = _build(upstream, retriever, config, model_name=model_name)
         options = built.server.create_initialization_options(
             NotificationOptions(tools_changed=True)
         )
@@ -428,6 +453,7 @@ async def serve_proxy_http(
     json_response: bool = True,
     ready: Callable[[str], None] | None = None,
     session_store: SessionStore | None = None,
+    model_name: str | None = None,
 ) -> None:
     """Start the upstream and serve many clients over streamable HTTP on `sock` until stopped.
 
@@ -451,7 +477,14 @@ async def serve_proxy_http(
         upstream = await Upstream.start(stack, argv, timeout=config.timeout, env=env)
         if upstream.session is None:
             _say(f"the upstream is unusable; every request will say why: {upstream.error}")
-        built = _build(upstream, retriever, config, per_connection=True, store=session_store)
+        built = _build(
+            upstream,
+            retriever,
+            config,
+            per_connection=True,
+            store=session_store,
+            model_name=model_name,
+        )
         app = built.server.streamable_http_app(
             streamable_http_path=path,
             host=host,
@@ -556,6 +589,7 @@ def run_proxy(
         raise
     try:
         retriever: ToolRetriever | Reloader[Any] | None = None
+        name = None if model_dir is None else str(model_dir)
         if model_dir is not None:
             root = publish_root(model_dir)
             retriever = load_retriever(model_dir) if root is None else published_models(root)
@@ -569,7 +603,14 @@ def run_proxy(
             if sock is None:
                 async with stdio_server() as (read, write):
                     await serve_proxy(
-                        retriever, argv, read, write, config, env=env, reload_interval=interval
+                        retriever,
+                        argv,
+                        read,
+                        write,
+                        config,
+                        env=env,
+                        reload_interval=interval,
+                        model_name=name,
                     )
             else:
                 await serve_proxy_http(
@@ -581,6 +622,7 @@ def run_proxy(
                     reload_interval=interval,
                     ready=lambda url: _say(f"serving MCP over streamable HTTP at {url}"),
                     session_store=sessions,
+                    model_name=name,
                 )
 
         anyio.run(main, backend_options=_loop_options(sock is not None))

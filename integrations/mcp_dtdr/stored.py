@@ -10,7 +10,7 @@ one store therefore answer a session alike, whichever of them a load balancer pi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -27,6 +27,8 @@ SESSION_HEADER = "X-Dtdr-Session"
 """The request header that names the client's session when its state lives in a store."""
 
 T = TypeVar("T")
+Ranking = Callable[..., Awaitable[Any]]
+"""Runs a ranking: ``await rank(work, *args)``."""
 
 
 def session_key(ctx: ServerRequestContext[Any]) -> str:
@@ -64,14 +66,18 @@ class StoredSessions:
         except StoreError as exc:
             raise _mcp_error(f"the session store failed: {exc}", types.INTERNAL_ERROR) from None
 
-    async def load(self, key: str, catalogue: _Catalogue) -> ProxySession:
-        """The session `key` over `catalogue`, its next step selected (a new one if unknown)."""
+    async def load(
+        self, key: str, catalogue: _Catalogue, rank: Ranking = anyio.to_thread.run_sync
+    ) -> ProxySession:
+        """The session `key` over `catalogue`, its next step selected (a new one if unknown).
+
+        `rank(work, *args)` runs the selection (default: in a worker thread; the proxy's
+        `ModelRefusal.rank` refuses a model that fails).
+        """
         saved = await self._run(lambda: self.store.load(key)) or SessionState()
         session = ProxySession.over(catalogue, search_k=self.search_k, lock=self.lock)
         async with self.lock:
-            await anyio.to_thread.run_sync(
-                session.restore, saved.request, saved.history, saved.found
-            )
+            await rank(session.restore, saved.request, saved.history, saved.found)
         return session
 
     async def save(self, key: str, session: ProxySession) -> None:
