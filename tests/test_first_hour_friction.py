@@ -2,6 +2,8 @@
 
 1. The LICENSE is the Apache-2.0 text and ships in the wheel.
 2. Importing an integration whose extra is missing names the extra to install.
+3. The command line: `fit --no-demos`, errors in flags (not Python keywords), `--tools` or
+   `--infer-tools`, "did you mean", `--skip-bad` on the run store, plurals.
 """
 
 from __future__ import annotations
@@ -16,8 +18,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from test_first_hour import _run  # main(argv) -> (exit status, stdout, stderr)
 
 ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests" / "fixtures" / "datasets" / "jsonl"
+DEMOS, TOOLS = FIX / "demos.jsonl", FIX / "tools.json"
+
 
 APACHE_2_SHA256 = "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"
 """sha256 of https://www.apache.org/licenses/LICENSE-2.0.txt, the standard text."""
@@ -43,11 +49,9 @@ def test_the_wheel_ships_the_license(tmp_path: Path) -> None:
     for name in ("dtdr_agents", "integrations"):
         shutil.copytree(ROOT / name, src / name, ignore=ignore)
     out = tmp_path / "wheel"
+    build = ["wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q"]
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
-        + ["--no-index", "-q", "-w", str(out), str(src)],
-        check=True,
-        timeout=240,
+        [sys.executable, "-m", "pip", *build, "-w", str(out), str(src)], check=True, timeout=240
     )
     (wheel,) = out.glob("dtdr_agents-*.whl")
     with zipfile.ZipFile(wheel) as archive:
@@ -130,3 +134,165 @@ def test_the_lazy_middleware_names_the_langchain_extra() -> None:
     )
     assert "imported" in done.stdout
     assert "lazy: langchain_dtdr.middleware needs the langchain extra" in done.stdout
+
+
+# -------------------------------------------------------------------- 3. the command line
+
+
+def test_fit_no_demos_fits_on_the_tools_file_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "model"
+    argv = ["fit", "--no-demos", "--tools", str(TOOLS), "--encoder", "tfidf", "-o", str(model)]
+    code, out, err = _run(argv, capsys)
+    assert code == 0, err
+    assert "on 0 demonstrations, 3 tools" in err and f"saved hybrid to {model}" in out
+    rank = ["rank", "--model", str(model), "--query", "book a flight from Oslo to Rome", "-k", "2"]
+    code, out, err = _run(rank, capsys)
+    assert code == 0, err
+    assert out.splitlines()[0].split()[1] in {"search_flights", "book_flight"}
+
+
+def test_fit_no_demos_with_a_dataset_takes_its_catalogue(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = ["--dataset", "jsonl", "--path", str(DEMOS), "--tools", str(TOOLS)]
+    argv = ["fit", *data, "--no-demos", "--encoder", "tfidf", "-o", str(tmp_path / "m")]
+    code, _, err = _run(argv, capsys)
+    assert code == 0, err
+    assert "on 0 demonstrations, 3 tools" in err
+    code, _, err = _run([*argv[:-1], str(tmp_path / "m0"), "--limit", "0"], capsys)
+    assert code == 2 and "--no-demos fits on no demonstrations; drop --limit" in err
+    limit0 = ["fit", *data, "--limit", "0", "--encoder", "tfidf", "-o", str(tmp_path / "m2")]
+    code, _, err = _run(limit0, capsys)  # the older spelling still works
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["fit", "--no-demos"], "--no-demos fits on the tool catalogue alone: give it as --tools"),
+        (["fit", "--tools", str(TOOLS)], "fit needs --dataset ID --path FILE"),
+        (["fit", "--dataset", "jsonl", "--tools", str(TOOLS)], "--dataset jsonl needs --path: a"),
+        (["fit", "--dataset", "taskbench"], "--dataset taskbench needs --path: a TaskBench"),
+        (["fit", "--dataset", "jsonl", "--path", str(DEMOS)], "--dataset jsonl needs --tools FILE"),
+    ],
+    ids=["no-demos without tools", "no dataset", "no path", "taskbench no path", "no tools"],
+)
+def test_fit_errors_name_the_flags(
+    argv: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _run([*argv, "--encoder", "tfidf", "-o", str(tmp_path / "m")], capsys)
+    assert code == 2
+    assert expected in err
+    assert "load_dataset" not in err and "tools_path" not in err and "path=" not in err
+    assert not (tmp_path / "m").exists()
+
+
+def test_bench_errors_name_the_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(["bench", "--dataset", "jsonl", "--encoder", "tfidf", "-q"], capsys)
+    assert code == 2 and "error: --dataset jsonl needs --path: a JSON-lines file" in err
+    argv = ["bench", "--dataset", "taskbench", "--path", str(FIX), "--tools", str(TOOLS), "-q"]
+    code, _, err = _run([*argv, "--encoder", "tfidf"], capsys)
+    assert code == 2 and "--tools is unused" in err and "tools_path" not in err
+
+
+def test_fit_without_tools_says_the_consequence_and_infer_tools_opts_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["fit", "--dataset", "jsonl", "--path", str(DEMOS), "--retriever", "dtdr-c"]
+    argv += ["--encoder", "tfidf", "-o", str(tmp_path / "m")]
+    code, _, err = _run(argv, capsys)
+    assert code == 2
+    assert "--infer-tools" in err and "no descriptions" in err and "never offered" in err
+    code, _, err = _run([*argv, "--infer-tools"], capsys)
+    assert code == 0, err
+    assert "loader: 1 problem (kept 1)" in err  # one problem, not "1 problems"
+    assert "built the catalogue of 3 tools from the call names" in err
+
+
+def test_rank_unknown_history_names_the_flag_and_the_close_tool(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "model"
+    fit = ["fit", "--dataset", "jsonl", "--path", str(DEMOS), "--tools", str(TOOLS)]
+    code, _, err = _run(
+        [*fit, "--retriever", "dtdr-c", "--encoder", "tfidf", "-o", str(model)], capsys
+    )
+    assert code == 0, err
+    rank = ["rank", "--model", str(model), "--query", "fly to Rome"]
+    code, _, err = _run([*rank, "--history", "serch_flights"], capsys)
+    assert code == 2
+    assert "--history names tools that are not in the model's catalogue: 'serch_flights'" in err
+    assert "(did you mean 'search_flights'?)" in err
+    assert "--ignore-unknown" in err and "ignore_unknown=True" not in err
+    code, _, err = _run([*rank, "--history", "serch_flights", "--ignore-unknown"], capsys)
+    assert code == 0, err
+
+
+def test_python_unknown_history_suggests_the_close_tool() -> None:
+    from dtdr_agents import Demonstration, make_retriever
+    from dtdr_agents.foundation.errors import UnknownToolError
+
+    tools = [
+        {"name": "search_flights", "description": "Find flights"},
+        {"name": "book_flight", "description": "Book a flight"},
+    ]
+    demos = [Demonstration("fly to Rome", ("search_flights", "book_flight"))]
+    model = make_retriever("dtdr-c", encoder="tfidf", n_clusters=1).fit(demos, tools)
+    with pytest.raises(UnknownToolError, match=r"did you mean 'book_flight'\?\)") as err:
+        model.rank("fly", ["Book_Flights"])
+    assert "pass ignore_unknown=True" in str(err.value)  # Python names its keyword
+
+
+def test_unknown_tool_in_a_demonstrations_line_suggests_the_close_tool(tmp_path: Path) -> None:
+    from dtdr_agents.datasets.jsonl import load_jsonl
+
+    path = tmp_path / "demos.jsonl"
+    path.write_text(DEMOS.read_text() + '{"query": "fly", "calls": ["search_flight", "zzz"]}\n')
+    data = load_jsonl(path, TOOLS, skip_bad=True)
+    (problem,) = data.problems
+    assert problem.where == f"{path}:5"
+    assert "(did you mean 'search_flights' for 'search_flight'?)" in problem.message
+
+
+def test_fit_skip_bad_skips_a_stored_run_that_names_an_unknown_tool(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dtdr_agents import Demonstration
+    from dtdr_agents.store import RunRecord, RunStore
+
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    runs = [
+        Demonstration("Fly me from Oslo to Rome", ("search_flights", "book_flight")),
+        Demonstration("Weather in Rome", ("get_weather",)),
+        Demonstration("Book a fligth", ("serch_flights", "book_flight")),  # a typo in the run
+    ]
+    with RunStore(db) as store:
+        store.add_many(RunRecord.from_demonstration(d) for d in runs)
+    argv = ["fit", "--dataset", "store", "--path", db, "--tools", str(TOOLS)]
+    argv += ["--retriever", "dtdr-c", "--encoder", "tfidf"]
+    code, _, err = _run([*argv, "-o", str(tmp_path / "m0")], capsys)
+    assert code == 2
+    assert "calls[0] = 'serch_flights'" in err and "did you mean 'search_flights'?" in err
+    assert "--skip-bad" in err and not (tmp_path / "m0").exists()
+    code, _, err = _run([*argv, "--skip-bad", "-o", str(tmp_path / "m")], capsys)
+    assert code == 0, err
+    assert "loader: 1 problem (skipped 1)" in err
+    assert "fitting dtdr-c on 2 demonstrations, 3 tools" in err
+
+
+def test_counts_take_the_right_plural(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dtdr_agents.datasets.base import Problem
+    from dtdr_agents.datasets.stats import problem_summary
+    from dtdr_agents.foundation.words import plural
+
+    assert problem_summary([Problem("f:1", "skipped: x")]) == "1 problem (skipped 1)"
+    assert problem_summary([Problem("f:1", "kept: x")] * 2) == "2 problems (kept 2)"
+    assert (plural(1, "demonstration"), plural(0, "tool")) == ("1 demonstration", "0 tools")
+    path = tmp_path / "one.jsonl"
+    path.write_text(DEMOS.read_text().splitlines()[0] + "\n")
+    argv = ["fit", "--dataset", "jsonl", "--path", str(path), "--tools", str(TOOLS)]
+    code, _, err = _run([*argv, "--retriever", "dr", "-o", str(tmp_path / "m")], capsys)
+    assert code == 0, err
+    assert "fitting dr on 1 demonstration, 3 tools" in err

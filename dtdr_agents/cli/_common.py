@@ -145,14 +145,17 @@ def load_split(args: argparse.Namespace) -> tuple[Dataset, Dataset]:
         kwargs["tools_path"] = args.tools
     if args.split:
         kwargs["split"] = args.split
-    train, test = load_train_test(
-        args.dataset,
-        args.path,
-        seed=args.seed,
-        train_split=args.train_split,
-        test_split=args.test_split,
-        **kwargs,
-    )
+    from dtdr_agents.cli._flags import flag_words
+
+    with flag_words():  # the loader's errors name its keywords: say the flags
+        train, test = load_train_test(
+            args.dataset,
+            args.path,
+            seed=args.seed,
+            train_split=args.train_split,
+            test_split=args.test_split,
+            **kwargs,
+        )
     problems = list(dict.fromkeys([*train.problems, *test.problems]))
     if problems:
         print(

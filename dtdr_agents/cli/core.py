@@ -19,8 +19,10 @@ from dtdr_agents.cli._common import (
     positive_int,
     split_ids,
 )
+from dtdr_agents.cli._flags import flag_words
 from dtdr_agents.foundation.encoders import default_cache_dir
-from dtdr_agents.foundation.progress import progress_bar
+from dtdr_agents.foundation.progress import progress_bar, ticking
+from dtdr_agents.foundation.words import did_you_mean, plural
 
 if TYPE_CHECKING:
     from dtdr_agents.datasets.base import Dataset
@@ -118,8 +120,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _store_dataset(args: argparse.Namespace) -> Dataset:
-    """The run store at ``--path`` as a dataset over the ``--tools`` catalogue."""
+    """The run store at ``--path`` as a dataset over the ``--tools`` catalogue.
+
+    With ``--skip-bad`` a run that calls a tool missing from the catalogue is skipped (and
+    counted) instead of stopping the fit.
+    """
     from dtdr_agents.datasets import load_tools
+    from dtdr_agents.datasets.base import Dataset, Problem
+    from dtdr_agents.foundation.errors import InvalidDemonstrationError
     from dtdr_agents.store.runs import RunStore
 
     if not args.path or not args.tools:
@@ -127,16 +135,66 @@ def _store_dataset(args: argparse.Namespace) -> Dataset:
             "--dataset store needs --path URL (e.g. sqlite:///runs.db) and --tools FILE "
             "(the catalogue the runs are checked against)"
         )
+    tools = load_tools(args.tools)
     with RunStore(args.path) as store:
-        data = store.dataset(load_tools(args.tools))
+        demos, problems = [], []
+        for demo in store.demonstrations():
+            try:
+                demo.check_tools(tools)
+            except InvalidDemonstrationError as exc:
+                hint = did_you_mean([c for c in demo.calls if not tools.has(c)], tools.names)
+                if not args.skip_bad:
+                    where = f"{store.where}: {exc}{hint}"
+                    raise CLIError(f"{where} (--skip-bad skips such runs)") from None
+                problems.append(Problem(store.where, f"skipped: {exc}{hint}"))
+                continue
+            demos.append(demo)
+        source = store.where
+    data = Dataset(name="store", tools=tools, demos=demos, problems=tuple(problems), source=source)
     if args.limit is not None:
         data = dataclasses.replace(data, demos=data.demos[: args.limit])
     return data
 
 
+def _fit_data(args: argparse.Namespace) -> Dataset:
+    """The demonstrations and catalogue `fit` reads, as its flags say."""
+    from dtdr_agents.datasets import load_dataset, load_tools
+    from dtdr_agents.datasets.base import Dataset
+
+    if args.no_demos:
+        if args.limit is not None:
+            raise CLIError("--no-demos fits on no demonstrations; drop --limit")
+        if args.dataset is None:
+            if not args.tools or args.path:
+                raise CLIError(
+                    "--no-demos fits on the tool catalogue alone: give it as --tools FILE "
+                    "(no --path), or with --dataset ID --path to take a dataset's catalogue"
+                )
+            tools = load_tools(args.tools, skip_bad=args.skip_bad)
+            return Dataset(name="tools", tools=tools, demos=(), source=args.tools)
+        args.limit = 0
+    if args.dataset is None:
+        raise CLIError(
+            "fit needs --dataset ID --path FILE (the demonstrations), or --no-demos "
+            "--tools FILE to fit on the tool catalogue alone"
+        )
+    if args.dataset == "store":
+        return _store_dataset(args)
+    if args.dataset.lower() == "jsonl" and not args.tools and not args.infer_tools:
+        raise CLIError(
+            "--dataset jsonl needs --tools FILE: the catalogue (names, descriptions, "
+            "parameters) that ranking reads. --infer-tools builds it from the call names "
+            "instead, with no descriptions: tools are then ranked only by the demonstrations, "
+            "and a tool no demonstration calls is never offered"
+        )
+    with flag_words():
+        return load_dataset(
+            args.dataset, args.path, tools_path=args.tools, skip_bad=args.skip_bad, limit=args.limit
+        )
+
+
 def cmd_fit(args: argparse.Namespace) -> int:
-    """Fit a retriever on a dataset and save it."""
-    from dtdr_agents.datasets import load_dataset
+    """Fit a retriever on a dataset (or on the tool catalogue alone) and save it."""
     from dtdr_agents.datasets.stats import problem_summary
     from dtdr_agents.foundation.persistence import check_save_target
     from dtdr_agents.retrievers import make_retriever
@@ -151,18 +209,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
     retriever = make_retriever(args.retriever, **params)
     if "encoder" not in params:
         _check_default_encoders(retriever, args.retriever)
-    if args.dataset == "store":
-        data = _store_dataset(args)
-    else:
-        data = load_dataset(
-            args.dataset, args.path, tools_path=args.tools, skip_bad=args.skip_bad, limit=args.limit
-        )
+    data = _fit_data(args)
     if data.problems:
         print(
             f"loader: {problem_summary(data.problems)} (first: {data.problems[0]})",
             file=sys.stderr,
         )
-    if not data.demos and args.limit != 0:
+    if not data.demos and args.limit != 0 and not args.no_demos:
         why = (
             f"every record was skipped ({problem_summary(data.problems)})"
             if data.problems
@@ -170,14 +223,15 @@ def cmd_fit(args: argparse.Namespace) -> int:
         )
         raise CLIError(
             f"no demonstrations in {data.source or args.path}: {why}; nothing was fitted "
-            "(--limit 0 fits on the tools alone, for retrievers that work without any)"
+            "(--no-demos fits on the tools alone, for retrievers that work without any)"
         )
     print(
-        f"fitting {args.retriever} on {len(data.demos)} demonstrations, "
-        f"{len(data.tools)} tools ...",
+        f"fitting {args.retriever} on {plural(len(data.demos), 'demonstration')}, "
+        f"{plural(len(data.tools), 'tool')} ...",
         file=sys.stderr,
     )
-    retriever.fit(data.demos, data.tools)
+    with ticking(progress_bar(not args.quiet), f"fit {args.retriever}"):
+        retriever.fit(data.demos, data.tools)
     out = retriever.save(args.output)
     print(f"saved {args.retriever} to {out}")
     return 0
@@ -222,20 +276,31 @@ def load_model(args: argparse.Namespace) -> ToolRetriever:
 
 def cmd_rank(args: argparse.Namespace) -> int:
     """Rank the next tools with a saved retriever."""
+    from dtdr_agents.foundation.errors import UnknownToolError
     from dtdr_agents.foundation.selection import TOP_K, select
     from dtdr_agents.foundation.types import as_history
 
     model = load_model(args)
-    ranking = model.rank(args.query, args.history or (), ignore_unknown=args.ignore_unknown)
+    try:
+        ranking = model.rank(args.query, args.history or (), ignore_unknown=args.ignore_unknown)
+    except UnknownToolError as exc:  # the library's message names its keyword, not the flag
+        hint = did_you_mean(exc.names, model.tools_.names)
+        raise CLIError(
+            f"--history names tools that are not in the model's catalogue: "
+            f"{', '.join(map(repr, exc.names))}{hint}; --ignore-unknown drops them"
+        ) from None
+    sel = select(ranking, dataclasses.replace(TOP_K, k=args.k))
     top = ranking.top(args.k)
+    if sel.fallback:  # the rows shown are what is selected: the fallback's, not the top k
+        chosen = set(sel.names)
+        top = [t for t in ranking.top(None) if t.name in chosen]
     if args.json:
-        sel = select(ranking, dataclasses.replace(TOP_K, k=args.k))
         print(
             json.dumps(
                 {
                     "query": args.query,
                     "history": list(as_history(args.history)),
-                    "fallback": ranking.fallback,
+                    "fallback": sel.fallback,
                     "fallback_reason": ranking.fallback_reason,
                     "explanation": {
                         k: list(v) if isinstance(v, tuple) else v
@@ -246,13 +311,17 @@ def cmd_rank(args: argparse.Namespace) -> int:
                         for t in top
                     ],
                     "selected": list(sel.names),
+                    "selected_by": "fallback_k" if sel.fallback else "k",
                 },
                 indent=2,
             )
         )
         return 0
-    if ranking.fallback:
-        print(f"note: out of distribution, offer all tools ({ranking.fallback_reason})")
+    if sel.fallback:
+        print(
+            f"note: out of distribution ({ranking.fallback_reason}): selected the ranking's "
+            f"best {len(sel.names)} tools (fallback_k={TOP_K.fallback_k}), not the top {args.k}"
+        )
     width = max(len(t.name) for t in top)
     for t in top:
         print(f"{t.rank:>3}. {t.name.ljust(width)}  {t.probability:.3f}  {t.why}")
@@ -355,12 +424,23 @@ def add_commands(sub: Any) -> None:
     fit = sub.add_parser("fit", help="fit a retriever on a dataset and save it to a folder")
     fit.add_argument(
         "--dataset",
-        required=True,
         help="dataset id (jsonl, taskbench, sealtools, nestful, ...), or 'store': the run store "
         "at --path URL (failed runs left out), checked against the --tools catalogue",
     )
     fit.add_argument("--path", help="dataset file or folder (a store URL for --dataset store)")
     fit.add_argument("--tools", help="tools file (JSON list or JSONL) for --dataset jsonl")
+    fit.add_argument(
+        "--no-demos",
+        action="store_true",
+        help="fit on the --tools catalogue alone, with no demonstration: a zero-shot model "
+        "(hybrid ranks from the request and the catalogue) to start with",
+    )
+    fit.add_argument(
+        "--infer-tools",
+        action="store_true",
+        help="--dataset jsonl without --tools: build the catalogue from the call names (no "
+        "descriptions: ranking then rests on the demonstrations alone)",
+    )
     fit.add_argument("--retriever", default="hybrid", help="retriever id (default hybrid)")
     fit.add_argument(
         "--encoder",
@@ -373,8 +453,13 @@ def add_commands(sub: Any) -> None:
     fit.add_argument(
         "--skip-bad", action="store_true", help="skip malformed lines instead of stopping"
     )
-    fit.add_argument("--limit", type=non_negative_int, help="use only the first N demonstrations")
+    fit.add_argument(
+        "--limit",
+        type=non_negative_int,
+        help="use only the first N demonstrations (0: the dataset's catalogue alone)",
+    )
     fit.add_argument("-o", "--output", required=True, help="model folder to write")
+    fit.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     fit.set_defaults(func=cmd_fit)
 
     rank = sub.add_parser("rank", help="rank the next tools with a saved model")

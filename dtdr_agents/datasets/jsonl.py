@@ -47,6 +47,7 @@ from dtdr_agents.datasets.base import Dataset, Problem
 from dtdr_agents.datasets.plans import order_plan
 from dtdr_agents.foundation.errors import DatasetFormatError, InvalidDemonstrationError
 from dtdr_agents.foundation.types import Toolset
+from dtdr_agents.foundation.words import did_you_mean
 
 
 def load_jsonl(
@@ -81,9 +82,11 @@ def load_jsonl(
     if tools_path is not None:
         catalogue = read_tools_file(Path(tools_path), report)
         from_names = False
+        known = catalogue.toolset(Path(tools_path)).names if len(catalogue) else ()
     else:
         catalogue = Catalogue()
         from_names = True
+        known = ()
     out = load.collector()
     records = 0
     problems_before = len(report.problems)
@@ -99,7 +102,8 @@ def load_jsonl(
         if not from_names and policy == "error":
             unknown = _unknown_calls(calls, catalogue)
             if unknown:
-                report.malformed(f"{unknown} not in the tool catalogue ({label})", path, line)
+                hint = did_you_mean(_missing(calls, catalogue), known)
+                report.malformed(f"{unknown} not in the tool catalogue ({label}){hint}", path, line)
                 continue
         elif not from_names and not resolve_unknown(
             calls, catalogue, policy, report, path, line, label
@@ -138,6 +142,11 @@ def load_jsonl(
         problems=tuple(problems),
         source=str(path),
     )
+
+
+def _missing(calls: list[str], catalogue: Catalogue) -> list[str]:
+    """The call names missing from `catalogue` (or only placeholders in it), in call order."""
+    return [name for name in calls if catalogue.is_placeholder_or_missing(name)]
 
 
 def _unknown_calls(calls: list[str], catalogue: Catalogue) -> str:

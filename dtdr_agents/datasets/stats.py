@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from dtdr_agents.datasets.base import Dataset, Problem
+from dtdr_agents.foundation.words import plural
 
 
 def _mean_std(values: Sequence[int]) -> tuple[float | None, float | None]:
@@ -43,7 +44,7 @@ def problem_summary(problems: Sequence[Problem]) -> str:
     """One line for the command line, e.g. "167 problems (kept 24, repaired 4, skipped 139)"."""
     counts = problems_by_action(problems)
     detail = ", ".join(f"{action} {n}" for action, n in counts.items())
-    return f"{len(problems)} problems ({detail})"
+    return f"{plural(len(problems), 'problem')} ({detail})"
 
 
 def dataset_stats(ds: Dataset) -> dict[str, Any]:

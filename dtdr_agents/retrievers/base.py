@@ -29,10 +29,12 @@ from dtdr_agents.foundation.encoders import (
 from dtdr_agents.foundation.errors import (
     InvalidDemonstrationError,
     NotFittedError,
+    RankingError,
     UnknownToolError,
 )
 from dtdr_agents.foundation.persistence import SavedModel, write_model
 from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Ranking, Toolset, as_history
+from dtdr_agents.foundation.words import did_you_mean
 from dtdr_agents.recommend.default import recommend_from_ranking
 from dtdr_agents.recommend.record import Recommendation
 from dtdr_agents.retrievers.registry import register
@@ -340,7 +342,8 @@ class ToolRetriever(ABC):
             unknown.append(END_OF_PLAN)
         if unknown and not ignore_unknown:
             raise UnknownToolError(
-                f"history names tools that are not in the catalogue: {unknown} "
+                f"history names tools that are not in the catalogue: {unknown}"
+                f"{did_you_mean(unknown, self.tools_.names)} "
                 "(pass ignore_unknown=True to drop them)",
                 tuple(unknown),
             )
@@ -385,14 +388,14 @@ class ToolRetriever(ABC):
             probs = np.asarray(scores.probabilities, dtype=np.float64)
             notes: dict[str, str] = {}
             if probs.shape != (len(self._names),):
-                raise RuntimeError(
+                raise RankingError(
                     f"{type(self).__name__}._score returned {probs.shape[0]} probabilities "
                     f"for {len(self._names)} current labels"
                 )
         else:
             probs, notes = self._to_catalogue(query, scores.probabilities, hist)
         if not np.isfinite(probs).all() or (probs < 0).any():
-            raise RuntimeError(
+            raise RankingError(
                 f"{type(self).__name__}.rank: the probabilities for this request are not "
                 "finite non-negative numbers (NaN, infinity or below 0); a parameter or the "
                 "fitted model is corrupt, so no tools are returned from it"
