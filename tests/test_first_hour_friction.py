@@ -296,3 +296,27 @@ def test_counts_take_the_right_plural(tmp_path: Path, capsys: pytest.CaptureFixt
     code, _, err = _run([*argv, "--retriever", "dr", "-o", str(tmp_path / "m")], capsys)
     assert code == 0, err
     assert "fitting dr on 1 demonstration, 3 tools" in err
+
+
+# ------------------------------------------------ 4. what StepSelector.select returns
+
+
+def test_a_step_record_gives_the_selected_names() -> None:
+    from dtdr_agents import Demonstration, SelectionPolicy, make_retriever
+    from dtdr_agents.runtime import StepRecord, StepSelector
+
+    tools = [
+        {"name": "search_flights", "description": "Find flights between two cities"},
+        {"name": "book_flight", "description": "Book a flight found by search_flights"},
+        {"name": "get_weather", "description": "Weather forecast for a city"},
+    ]
+    demos = [Demonstration("fly to Rome", ("search_flights", "book_flight"))] * 3
+    retriever = make_retriever("dtdr-c", encoder="tfidf", n_clusters=1).fit(demos, tools)
+    selector = StepSelector(tools, retriever, policy=SelectionPolicy(k=2, threshold=None))
+    record = selector.select("fly to Rome", ["search_flights"])
+    assert not record.selection.fallback
+    assert isinstance(record, StepRecord)
+    assert record.names == record.selection.names and len(record.names) == 2
+    assert record.names[0] == "book_flight"
+    assert set(record.bound) == set(record.names)  # no cache: exactly the selection is bound
+    assert record.to_record()["selected"] == list(record.names)

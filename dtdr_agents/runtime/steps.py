@@ -79,6 +79,15 @@ class StepRecord:
     bound_tokens: int = 0
 
     @property
+    def names(self) -> tuple[str, ...]:
+        """The tools selected for this step, best first (`selection.names`, then `always_include`).
+
+        `bound` is what reaches the model: the same tools in send order (catalogue order,
+        or first-bound order with ``cache="append"``, which may keep earlier steps' tools).
+        """
+        return self.selection.names
+
+    @property
     def system_text(self) -> str:
         """Text to add to the system message ("" for the plain hard mask)."""
         return self.prompt.text
