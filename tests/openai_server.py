@@ -1,8 +1,10 @@
 """A minimal OpenAI chat-completions server on 127.0.0.1, for integration tests.
 
 It speaks ``POST /v1/chat/completions`` (JSON and server-sent-event streaming, tool calls
-included), records every request body, and answers with a scripted responder. Standard library
-only; binds to a loopback address on a free port; one daemon thread.
+included), records every request body, and answers with a scripted responder. It also speaks
+``POST /v1/embeddings`` (float or base64 vectors; deterministic hashed bag-of-words vectors by
+default, see `hashed_bow`), recorded apart (`embedding_requests`, `embedded_texts`).
+Standard library only; binds to a loopback address on a free port; one daemon thread.
 
 Example:
     >>> def responder(body):
@@ -13,7 +15,11 @@ Example:
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import re
+import struct
 import sys
 import threading
 import time
@@ -32,6 +38,24 @@ completion, e.g. malformed JSON), ``"status"`` (HTTP status of that body, defaul
 """
 
 Responder = Callable[[dict[str, Any]], Reply]
+
+Embedder = Callable[[list[str]], list[list[float]]]
+"""Texts of one ``/v1/embeddings`` request -> their vectors (any shape, for bad-server tests)."""
+
+EMBEDDING_DIM = 64
+"""Dimension of the default embeddings (`hashed_bow`)."""
+
+EMBEDDING_ROUTES = ("/v1/embeddings", "/embeddings")
+
+
+def hashed_bow(text: str, dim: int = EMBEDDING_DIM) -> list[float]:
+    """A deterministic embedding: each lower-cased word adds +-1 at a hashed position."""
+    vec = [0.0] * dim
+    for word in re.findall(r"\w+", text.lower()):
+        digest = int.from_bytes(hashlib.sha1(word.encode()).digest()[:8], "big")
+        vec[digest % dim] += 1.0 if (digest >> 32) & 1 else -1.0
+    return vec
+
 
 MAX_BODY = 8 * 1024 * 1024
 
@@ -129,7 +153,47 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
+    def _embeddings(self) -> None:
+        """Answer ``POST /v1/embeddings`` with the server's embedder."""
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length)) if 0 < length <= MAX_BODY else None
+        except ValueError:
+            body = None
+        texts = body.get("input") if isinstance(body, dict) else None
+        texts = [texts] if isinstance(texts, str) else texts
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            self._send_json(400, {"error": {"message": "input must be a string or strings"}})
+            return
+        assert isinstance(body, dict)
+        with self.server.lock:
+            self.server.embedding_requests.append(body)
+        dims = body.get("dimensions")
+        vectors = (
+            self.server.embedder(texts)
+            if self.server.embedder is not None
+            else [hashed_bow(t, dims or EMBEDDING_DIM) for t in texts]
+        )
+        as_b64 = body.get("encoding_format") == "base64"
+        data = [
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode()
+                if as_b64
+                else list(v),
+            }
+            for i, v in enumerate(vectors)
+        ]
+        tokens = sum(len(t.split()) for t in texts)
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        model = body.get("model", "test-embedding")
+        self._send_json(200, {"object": "list", "data": data, "model": model, "usage": usage})
+
     def do_POST(self) -> None:
+        if self.path.rstrip("/") in EMBEDDING_ROUTES:
+            self._embeddings()
+            return
         if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
             self._send_json(404, {"error": {"message": f"no route {self.path}"}})
             return
@@ -202,9 +266,11 @@ class Fault:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, responder: Responder) -> None:
+    def __init__(self, responder: Responder, embedder: Embedder | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.responder = responder
+        self.embedder = embedder
+        self.embedding_requests: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
         self.failed: list[dict[str, Any]] = []
         self.faults: list[Fault] = []
@@ -312,15 +378,19 @@ class OpenAIChatServer:
     """A scripted OpenAI chat-completions server on 127.0.0.1 (a free port).
 
     Args:
-        responder: Called with each request body; returns the reply to send.
+        responder: Called with each chat request body; returns the reply to send.
+        embedder: Vectors of the texts of each ``/v1/embeddings`` request (default: 64-dim
+            `hashed_bow`, or the request's ``dimensions``).
 
     Attributes:
-        requests: Every request body answered by the responder, in order.
+        requests: Every chat request body answered by the responder, in order.
         failed: Request bodies answered by an injected fault (see `inject`), in order.
+        embedding_requests: Every ``/v1/embeddings`` request body, in order (never faulted).
+        embedded_texts: Every text those requests carried, in order.
     """
 
-    def __init__(self, responder: Responder) -> None:
-        self._server = _Server(responder)
+    def __init__(self, responder: Responder, *, embedder: Embedder | None = None) -> None:
+        self._server = _Server(responder, embedder)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
@@ -330,6 +400,21 @@ class OpenAIChatServer:
         """Request bodies received so far."""
         with self._server.lock:
             return list(self._server.requests)
+
+    @property
+    def embedding_requests(self) -> list[dict[str, Any]]:
+        """``/v1/embeddings`` request bodies received so far."""
+        with self._server.lock:
+            return list(self._server.embedding_requests)
+
+    @property
+    def embedded_texts(self) -> list[str]:
+        """Every text of the ``/v1/embeddings`` requests so far, in order."""
+        return [
+            t
+            for body in self.embedding_requests
+            for t in ([body["input"]] if isinstance(body["input"], str) else body["input"])
+        ]
 
     @property
     def failed(self) -> list[dict[str, Any]]:

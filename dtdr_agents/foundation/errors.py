@@ -54,5 +54,9 @@ class EncoderUnavailableError(DTDRError, RuntimeError):
     """No sentence encoder could be loaded; the message lists the options."""
 
 
+class EncoderOutputError(DTDRError, ValueError):
+    """An embedding model returned unusable vectors (wrong count or size, NaN or infinity)."""
+
+
 class ChatModelError(DTDRError, RuntimeError):
     """A chat model call failed or returned something that could not be used."""

@@ -77,16 +77,30 @@ class EncoderMismatchError(ModelLoadError):
         fitted: The recorded encoder: its id, or its spec when `given` is None.
         given: The id of the encoder given instead; None when the model names an encoder
             that a load never fetches by itself (it must be passed).
+        needs_object: The recorded encoder was an object given in Python (an embedding
+            model, a custom encoder) that no name rebuilds: only that object again loads it.
     """
 
-    def __init__(self, where: Path | str, fitted: str, given: str | None) -> None:
+    def __init__(
+        self, where: Path | str, fitted: str, given: str | None, *, needs_object: bool = False
+    ) -> None:
         self.where = str(where)
         self.fitted = fitted
         self.given = given
+        self.needs_object = needs_object
         super().__init__(self.describe())
 
     def describe(self, *, allow: str = "allow_encoder_change=True", encoder: str = "") -> str:
         """The message, naming `allow` (accept another encoder) and `encoder` (pass one)."""
+        if self.given is None and self.needs_object:
+            return (
+                f"{self.where}: the model was fitted with the encoder object {self.fitted!r} "
+                "(an embedding model or encoder given in Python), which a saved model cannot "
+                "rebuild: pass the same model again in Python, load_retriever(path, "
+                "encoder=<your Embeddings, LlamaIndex embedding or Encoder>), or "
+                f"encoder=CallableEncoder(fn, id={self.fitted!r})"
+                + (f"; it loads in Python only, not with {encoder}" if encoder else "")
+            )
         if self.given is None:
             how = encoder or f"encoder={self.fitted!r}"
             return (

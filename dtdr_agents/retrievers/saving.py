@@ -17,11 +17,13 @@ import numpy as np
 from dtdr_agents._version import __version__
 from dtdr_agents.foundation.encoders import (
     Encoder,
+    EncoderSpec,
     FittableEncoder,
     TfidfEncoder,
     encoder_spec,
     get_encoder,
     is_builtin_encoder,
+    needs_encoder_object,
 )
 from dtdr_agents.foundation.errors import DTDRError, ModelLoadError
 from dtdr_agents.foundation.persistence import (
@@ -46,7 +48,7 @@ class LoadOptions(TypedDict, total=False):
     """The keyword options of `load_retriever` (and of `ToolRetriever.load`)."""
 
     tools: Toolset | Iterable[Any] | None
-    encoder: str | Encoder | None
+    encoder: EncoderSpec
     allow_catalogue_change: bool
     allow_encoder_change: bool
     params: Mapping[str, Any] | None
@@ -61,6 +63,8 @@ def saved_model(retriever: ToolRetriever) -> SavedModel:
     encoder_info: dict[str, Any] | None = None
     if retriever.encoder_ is not None and retriever.uses_encoder:  # a composite's is its base's
         encoder_info = {"id": retriever.encoder_.id, "spec": encoder_spec(retriever.encoder_)}
+        if needs_encoder_object(retriever.encoder_):  # only the object again loads the model
+            encoder_info["object"] = True
         inner = getattr(retriever.encoder_, "inner", retriever.encoder_)
         if isinstance(inner, FittableEncoder):
             enc_config, enc_arrays = inner.state()
@@ -99,7 +103,7 @@ def load_retriever(
     path: str | Path,
     *,
     tools: Toolset | Iterable[Any] | None = None,
-    encoder: str | Encoder | None = None,
+    encoder: EncoderSpec = None,
     allow_catalogue_change: bool = False,
     allow_encoder_change: bool = False,
     params: Mapping[str, Any] | None = None,
@@ -112,7 +116,8 @@ def load_retriever(
             loading fails unless `allow_catalogue_change` (then new tools use the prior and
             removed tools are never returned).
         encoder: Encoder to use instead of the recorded one; its id must match unless
-            `allow_encoder_change`.
+            `allow_encoder_change`. Required (the same model object again) when the model was
+            fitted with an embedding model or a custom encoder (see `CallableEncoder`).
         allow_catalogue_change: Accept a catalogue that differs from the fitted one.
         allow_encoder_change: Accept an encoder whose id differs from the recorded one.
         params: Constructor parameters that are not saved (a class's `runtime_params`, such
@@ -136,7 +141,7 @@ def _restore(
     saved: SavedModel,
     *,
     tools: Toolset | Iterable[Any] | None,
-    encoder: str | Encoder | None,
+    encoder: EncoderSpec,
     allow_catalogue_change: bool,
     allow_encoder_change: bool,
     params: Mapping[str, Any],
@@ -224,7 +229,7 @@ def _restore(
 def _restore_encoder(
     manifest: Mapping[str, Any],
     arrays: Mapping[str, np.ndarray],
-    encoder: str | Encoder | None,
+    encoder: EncoderSpec,
     allow_change: bool,
     where: Path,
 ) -> Encoder | None:
@@ -246,6 +251,8 @@ def _restore_encoder(
         resolved = saved if encoder is None else get_encoder(encoder)
     else:
         spec = info.get("spec")
+        if encoder is None and info.get("object") is True:
+            raise EncoderMismatchError(where, info["id"], None, needs_object=True)
         if encoder is None and not is_builtin_encoder(spec):
             raise EncoderMismatchError(where, str(spec), None)
         resolved = get_encoder(encoder if encoder is not None else spec)

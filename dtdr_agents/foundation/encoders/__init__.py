@@ -17,6 +17,12 @@ from dtdr_agents.foundation.encoders.base import (
     TokenLimited,
 )
 from dtdr_agents.foundation.encoders.cache import CachedEncoder, default_cache_dir
+from dtdr_agents.foundation.encoders.external import (
+    CallableEncoder,
+    EmbeddingModel,
+    EncoderSpec,
+    embedding_kind,
+)
 from dtdr_agents.foundation.encoders.hub import (
     _MINILM_ALIASES,
     DEFAULT_MODEL,
@@ -40,25 +46,31 @@ def token_limit(encoder: Encoder) -> TokenLimited | None:
 _SHARED: dict[tuple[str, str | None], CachedEncoder] = {}
 
 
-def get_encoder(
-    spec: str | Encoder | None = None, *, cache_dir: str | Path | None = None
-) -> Encoder:
+def get_encoder(spec: EncoderSpec = None, *, cache_dir: str | Path | None = None) -> Encoder:
     """Resolve an encoder spec.
 
     Args:
         spec: An `Encoder` (returned as is), None or "default" (all-MiniLM-L6-v2, offline),
-            "tfidf" (a new, unfitted `TfidfEncoder`), or any sentence-transformers name or path.
-        cache_dir: Optional on-disk embedding cache folder for sentence-transformers encoders.
+            "tfidf" (a new, unfitted `TfidfEncoder`), any sentence-transformers name or path,
+            or an embedding model: a LangChain `Embeddings`, a LlamaIndex `BaseEmbedding` or
+            a callable `list[str] -> vectors` (see `CallableEncoder`; a plain callable needs
+            an id, so wrap it in one).
+        cache_dir: Optional on-disk embedding cache folder (an embedding model's default:
+            `default_cache_dir()`).
 
     Returns:
-        The encoder; sentence-transformers encoders are cached and shared within the process.
+        The encoder; sentence-transformers encoders and embedding models are cached and
+        shared within the process (one `CallableEncoder` per model object).
     """
     if spec is not None and not isinstance(spec, str):
-        if not isinstance(spec, Encoder):
+        if isinstance(spec, Encoder):
+            return spec
+        if embedding_kind(spec) is None:
             raise TypeError(
-                f"encoder must be a name, a path or an Encoder, got {type(spec).__name__}"
+                "encoder must be a name, a path, an Encoder, a LangChain Embeddings, a LlamaIndex "
+                f"embedding or a callable list[str] -> vectors, got {type(spec).__name__}"
             )
-        return spec
+        return _shared_model_encoder(spec, cache_dir)
     name = spec or "default"
     if name == "tfidf":
         return TfidfEncoder()
@@ -66,6 +78,19 @@ def get_encoder(
     if key not in _SHARED:
         _SHARED[key] = CachedEncoder(SentenceTransformerEncoder(name), cache_dir=cache_dir)
     return _SHARED[key]
+
+
+_SHARED_MODELS: dict[tuple[int, str | None], tuple[object, CallableEncoder]] = {}
+
+
+def _shared_model_encoder(model: EmbeddingModel, cache_dir: str | Path | None) -> CallableEncoder:
+    """The `CallableEncoder` of an embedding model object, one per object and cache folder."""
+    key = (id(model), str(cache_dir) if cache_dir is not None else None)
+    held = _SHARED_MODELS.get(key)
+    if held is None or held[0] is not model:  # the entry keeps `model` alive: ids stay unique
+        held = (model, CallableEncoder(model, cache_dir=cache_dir))
+        _SHARED_MODELS[key] = held
+    return held[1]
 
 
 def is_builtin_encoder(spec: object) -> bool:
@@ -76,8 +101,14 @@ def is_builtin_encoder(spec: object) -> bool:
     return spec is None or spec == "tfidf" or spec in _MINILM_ALIASES
 
 
-def encoder_spec(encoder: Encoder) -> str:
-    """The spec string that `get_encoder` turns back into an equivalent encoder."""
+def encoder_spec(encoder: Encoder | EmbeddingModel) -> str:
+    """The spec string that `get_encoder` turns back into an equivalent encoder.
+
+    An encoder object with no such string (an embedding model, a custom `Encoder`) gives its
+    id; `needs_encoder_object` tells them apart.
+    """
+    if not isinstance(encoder, Encoder):
+        encoder = get_encoder(encoder)
     inner = encoder.inner if isinstance(encoder, CachedEncoder) else encoder
     if isinstance(inner, SentenceTransformerEncoder):
         return inner.model
@@ -86,11 +117,25 @@ def encoder_spec(encoder: Encoder) -> str:
     return encoder.id
 
 
+def needs_encoder_object(encoder: Encoder) -> bool:
+    """Whether a model fitted with `encoder` needs the encoder object again to load.
+
+    True unless it is (inside its cache) MiniLM, a sentence-transformers model or TF-IDF,
+    which a saved model rebuilds from its spec or state.
+    """
+    while isinstance(encoder, EncoderWrapper):
+        encoder = encoder.inner
+    return not isinstance(encoder, SentenceTransformerEncoder | TfidfEncoder)
+
+
 __all__ = [
     "DEFAULT_MODEL",
     "ENCODER_CHOICES",
     "CachedEncoder",
+    "CallableEncoder",
+    "EmbeddingModel",
     "Encoder",
+    "EncoderSpec",
     "EncoderWrapper",
     "FittableEncoder",
     "SentenceTransformerEncoder",
@@ -106,6 +151,7 @@ __all__ = [
     "get_encoder",
     "hub_cache_dirs",
     "is_builtin_encoder",
+    "needs_encoder_object",
     "tfidf_of",
     "token_limit",
 ]
