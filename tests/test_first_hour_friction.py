@@ -4,11 +4,14 @@
 2. Importing an integration whose extra is missing names the extra to install.
 3. The command line: `fit --no-demos`, errors in flags (not Python keywords), `--tools` or
    `--infer-tools`, "did you mean", `--skip-bad` on the run store, plurals.
+4. `StepSelector.select` gives a `StepRecord`; `.names` are the selected tools.
+5. Progress: plain lines off a terminal; `fit(progress=True)` from Python.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import shutil
 import subprocess
 import sys
@@ -320,3 +323,74 @@ def test_a_step_record_gives_the_selected_names() -> None:
     assert record.names[0] == "book_flight"
     assert set(record.bound) == set(record.names)  # no cache: exactly the selection is bound
     assert record.to_record()["selected"] == list(record.names)
+
+
+# -------------------------------------------------------------------------- 5. progress
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_off_a_terminal_is_plain_lines(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dtdr_agents.foundation import progress
+
+    monkeypatch.setattr(progress, "PLAIN_INTERVAL_S", 0.0)
+    wrap = progress.progress_bar(True)
+    assert wrap is not None
+    assert list(wrap(range(50), "encode", 50)) == list(range(50))
+    err = capsys.readouterr().err  # pytest's capture is not a terminal, as a log file is not
+    assert "\r" not in err
+    lines = err.splitlines()
+    assert len(lines) >= 2 and all(line.startswith("encode:") for line in lines)
+    assert "50/50" in lines[-1]  # the last line says where it ended
+
+
+def test_progress_on_a_terminal_is_a_bar_redrawn_in_place() -> None:
+    from dtdr_agents.foundation.progress import PLAIN_INTERVAL_S, bar_options
+
+    terminal, log = _Terminal(), io.StringIO()
+    assert bar_options(terminal)["file"] is terminal and not bar_options(terminal)["leave"]
+    plain = bar_options(log)
+    assert plain["file"] is not log and plain["mininterval"] == PLAIN_INTERVAL_S >= 5
+    plain["file"].write("\rfit hybrid: 3 s")
+    plain["file"].write("\r" + " " * 20 + "\r")  # tqdm erasing a bar: nothing to log
+    assert log.getvalue() == "fit hybrid: 3 s\n"
+
+
+def test_fit_from_python_shows_progress_when_asked(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dtdr_agents import Demonstration, make_retriever
+    from dtdr_agents.foundation import progress
+
+    monkeypatch.setattr(progress, "TICK_DELAY_S", 0.0)  # a fast fit shows too
+    tools = [{"name": "a", "description": "first"}, {"name": "b", "description": "second"}]
+    demos = [Demonstration("do a then b", ("a", "b"))]
+    make_retriever("dr", encoder="tfidf").fit(demos, tools)
+    assert capsys.readouterr().err == ""  # off unless asked for
+    make_retriever("dr", encoder="tfidf").fit(demos, tools, progress=True)
+    err = capsys.readouterr().err
+    assert "fit dr: 0 s" in err and "\r" not in err
+
+
+def test_the_demo_shows_progress_while_it_encodes_the_requests(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import dtdr_agents.foundation.encoders as encoders
+    from dtdr_agents.datasets.synthetic import make_demo_dataset
+    from dtdr_agents.foundation import progress
+    from dtdr_agents.foundation.encoders.tfidf import TfidfEncoder
+
+    data = make_demo_dataset(n=60, seed=0)
+    fitted = TfidfEncoder().fit([d.query for d in data.demos] + [t.text() for t in data.tools])
+    monkeypatch.setattr(encoders, "get_encoder", lambda *a, **k: fitted)  # a fitted model
+    monkeypatch.setattr(progress, "PLAIN_INTERVAL_S", 0.0)
+    code, _, err = _run(["demo", "--n", "60", "--retrievers", "dr"], capsys)
+    assert code == 0, err
+    encode = [line for line in err.splitlines() if line.startswith("encode:")]
+    assert len(encode) >= 2 and "60/60" in encode[-1]
+    assert "\r" not in err

@@ -21,7 +21,7 @@ from dtdr_agents.cli._common import (
 )
 from dtdr_agents.cli._flags import flag_words
 from dtdr_agents.foundation.encoders import default_cache_dir
-from dtdr_agents.foundation.progress import progress_bar, ticking
+from dtdr_agents.foundation.progress import no_progress, progress_bar, ticking
 from dtdr_agents.foundation.words import did_you_mean, plural
 
 if TYPE_CHECKING:
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 DEMO_RETRIEVERS = ("dr", "lr", "dtdr-c", "dtdr-l", "dtdr-l-s", "hybrid")
 NO_DEMOS_ID = "hybrid-0demos"
 """The demo's row of `hybrid` fitted with no demonstrations."""
+ENCODE_BATCH = 200
+"""Requests the demo encodes at a time, so its progress bar moves (2,400 requests: 12 steps)."""
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -62,7 +64,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     if getattr(encoder, "is_fitted", True):  # TF-IDF: each retriever fits it on its own data
         t0 = time.perf_counter()
-        encoder.encode([d.query for d in data.demos])  # once, shared by every retriever
+        queries = [d.query for d in data.demos]
+        wrap = progress_bar(not args.quiet) or no_progress
+        batch: list[str] = []
+        for n, query in enumerate(wrap(queries, "encode", len(queries)), start=1):
+            batch.append(query)  # once, shared by every retriever (the encoder caches them)
+            if len(batch) == ENCODE_BATCH or n == len(queries):
+                encoder.encode(batch)
+                batch = []
         print(
             f"encoded {len(data.demos)} requests in {time.perf_counter() - t0:.1f} s "
             "(model load included; fit_s below excludes it)",

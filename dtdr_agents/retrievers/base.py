@@ -32,6 +32,7 @@ from dtdr_agents.foundation.errors import (
     UnknownToolError,
 )
 from dtdr_agents.foundation.persistence import SavedModel, write_model
+from dtdr_agents.foundation.progress import progress_bar, ticking
 from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Ranking, Toolset, as_history
 from dtdr_agents.foundation.words import did_you_mean
 from dtdr_agents.recommend.default import recommend_from_ranking
@@ -185,8 +186,18 @@ class ToolRetriever(ABC):
         return None
 
     # ------------------------------------------------------------------------------- fitting
-    def fit(self, demos: Iterable[Demonstration], tools: Toolset | Iterable[Any]) -> Self:
-        """Learn from demonstrations over the tool catalogue `tools`; returns self."""
+    def fit(
+        self,
+        demos: Iterable[Demonstration],
+        tools: Toolset | Iterable[Any],
+        *,
+        progress: bool = False,
+    ) -> Self:
+        """Learn from demonstrations over the tool catalogue `tools`; returns self.
+
+        `progress=True` shows the seconds the fit has taken on standard error (a bar on a
+        terminal, a plain line every few seconds in a log file), for fits that take minutes.
+        """
         self._check_params()
         toolset = tools if isinstance(tools, Toolset) else Toolset(tools)
         demo_list = list(demos)
@@ -202,17 +213,18 @@ class ToolRetriever(ABC):
         self._label_index = {n: i for i, n in enumerate(self.labels_)}
         self.encoder_: Encoder | None = None
         self.tool_embeddings_: np.ndarray | None = None
-        if self.uses_encoder:
-            encoder = get_encoder(self.encoder)
-            if isinstance(encoder, FittableEncoder) and not encoder.is_fitted:
-                encoder.fit([d.query for d in demo_list] + [t.text() for t in toolset])
-            self.encoder_ = encoder
-            self.tool_embeddings_ = encoder.encode([t.text() for t in toolset])
-        steps = [s for d in demo_list for s in d.steps()]
-        self.end_rate_ = sum(s.target == END_OF_PLAN for s in steps) / len(steps) if steps else 0.0
-        self.zero_shot_ = not demo_list and not self.accepts_no_demos
-        if not self.zero_shot_:
-            self._fit(demo_list, toolset)
+        with ticking(progress_bar(progress), f"fit {self.retriever_id or type(self).__name__}"):
+            if self.uses_encoder:
+                encoder = get_encoder(self.encoder)
+                if isinstance(encoder, FittableEncoder) and not encoder.is_fitted:
+                    encoder.fit([d.query for d in demo_list] + [t.text() for t in toolset])
+                self.encoder_ = encoder
+                self.tool_embeddings_ = encoder.encode([t.text() for t in toolset])
+            steps = [s for d in demo_list for s in d.steps()]
+            self.end_rate_ = sum(s.target == END_OF_PLAN for s in steps) / max(len(steps), 1)
+            self.zero_shot_ = not demo_list and not self.accepts_no_demos
+            if not self.zero_shot_:
+                self._fit(demo_list, toolset)
         self._fitted = True
         self.set_tools(toolset)
         return self

@@ -32,17 +32,23 @@ class CompositeRetriever(ToolRetriever):
 
     base: ToolRetriever | None
 
-    def fit(self, demos: Iterable[Demonstration], tools: Toolset | Iterable[Any]) -> Self:
-        """Fit the base retriever, then this one; returns self."""
+    def fit(
+        self,
+        demos: Iterable[Demonstration],
+        tools: Toolset | Iterable[Any],
+        *,
+        progress: bool = False,
+    ) -> Self:
+        """Fit the base retriever, then this one; returns self (`progress`: see the base)."""
         self._check_params()  # before the (possibly slow) base fit
         demo_list = list(demos)
         toolset = tools if isinstance(tools, Toolset) else Toolset(tools)
         base = self.base if self.base is not None else make_retriever(self.default_base)
         if not isinstance(base, ToolRetriever):
             raise TypeError(f"base must be a ToolRetriever, got {type(base).__name__}")
-        base.fit(demo_list, toolset)
+        base.fit(demo_list, toolset, progress=progress)
         self.base_ = base
-        super().fit(demo_list, toolset)
+        super().fit(demo_list, toolset, progress=progress)
         return self
 
     def _after_base_fit(self) -> None:
