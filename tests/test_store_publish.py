@@ -54,7 +54,9 @@ def test_publish_moves_latest_and_reloader_takes_it_between_steps(
     now[0] = 5.0
     assert reloader.current() is not None and reloader.version == v1  # not polled yet
     now[0] = 10.0
-    model = reloader.current()
+    assert reloader.current() is not None and reloader.version == v1  # v2 loads in background
+    assert reloader.wait(timeout=60)
+    model = reloader.current()  # the next step takes it up
     assert reloader.version == v2 and _names(model) == _names(fitted[1])
     assert load_retriever(root / POINTER).get_params() == fitted[1].get_params()
     assert rollback(root) == v1 and current(root) == v1

@@ -10,9 +10,10 @@ A publish folder ``DIR`` holds::
 `publish` saves a new version, checks it by loading it (a corrupt or incompatible model is
 refused and removed, and `latest` keeps pointing at the running version), then moves the
 pointer and keeps the newest `keep` versions. `rollback` moves the pointer back. `Reloader`
-serves the version `latest` names and picks up a new one only when asked between steps
-(`current()` polls at most every `poll_interval` seconds; `reload()` checks at once); a version
-that fails to load is refused with a warning and the running one keeps serving.
+serves the version `latest` names and takes up a new one only between steps: `current()`
+looks at most every `poll_interval` seconds and loads a new version in a background thread, so
+no step pays the load (`reload()` checks and loads at once); a version that fails to load is
+refused with a warning and the running one keeps serving.
 
 The store layer does not know how to save or load a retriever: the caller passes `save` and
 `load` (the CLI passes `ToolRetriever.save` and `load_retriever`).
@@ -256,14 +257,19 @@ class Reloader(Generic[T]):
     """Serves the model `latest` names; takes up a new version only between steps.
 
     Call `current()` at the start of each step and use what it returns for the whole step.
-    It looks at the pointer at most every `poll_interval` seconds (None: only on `reload()`).
-    A version that fails to load is refused with a `ReloadWarning` (and not tried again);
-    the running version keeps serving.
+    At most every `poll_interval` seconds (None: only on `reload()`), `current()` starts a look
+    at the pointer in a background thread, which loads a new version there: no step waits for
+    a load. The running version serves until the load is done; the first `current()` after it
+    takes the new version up (a reference swap). A version that fails to load is refused (and
+    not tried again), reported by a `ReloadWarning` from the next `current()`, and the running
+    version keeps serving. `reload()` looks and loads at once, in the caller's thread (the MCP
+    proxy calls it from a background task of its own).
 
     Args:
         root: The publish folder.
         load: Loads a model folder (e.g. ``load_retriever``).
         poll_interval: Seconds between looks at the pointer; None never polls.
+        clock: The clock `poll_interval` is measured on.
 
     Raises:
         PublishError: Nothing is published yet, or the first version does not load.
@@ -282,7 +288,11 @@ class Reloader(Generic[T]):
         self.poll_interval = poll_interval
         self.clock = clock
         self.refused: dict[str, str] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the running version, the loaded one, the reports
+        self._loading = threading.Lock()  # one load at a time
+        self._loader: threading.Thread | None = None
+        self._loaded: tuple[T, Version] | None = None  # loaded, not taken up yet
+        self._reports: list[str] = []  # background failures not warned of yet
         live = current(self.root)
         if live is None:
             raise PublishError(f"{self.root}: nothing was published here yet")
@@ -295,36 +305,85 @@ class Reloader(Generic[T]):
         self._checked = clock()
 
     def current(self) -> T:
-        """The model to use for this step (reloaded first if the poll interval has passed)."""
+        """The model to use for this step; a version loaded in the background is taken up.
+
+        Once `poll_interval` has passed, it also starts a background look at the pointer
+        (this step and those during the load are served by the running version).
+        """
+        self._take_up(stacklevel=3)
         if self.poll_interval is not None and self.clock() - self._checked >= self.poll_interval:
-            self.reload()
+            with self._lock:
+                if self._loader is None or not self._loader.is_alive():
+                    self._checked = self.clock()
+                    self._loader = threading.Thread(
+                        target=self._load_in_background, name="dtdr-reload", daemon=True
+                    )
+                    self._loader.start()
         return self.model
 
     def reload(self) -> bool:
-        """Look at the pointer now; True if a new version was taken up."""
+        """Look at the pointer now and load a new version here; True if one was taken up."""
+        self._checked = self.clock()
+        loaded, problem = self._load_new()
+        if problem is not None:
+            warnings.warn(problem, ReloadWarning, stacklevel=2)
         with self._lock:
-            self._checked = self.clock()
+            if loaded is not None:
+                self._loaded = loaded
+        return self._take_up(stacklevel=3)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for a background load to end; True if none is running any more."""
+        loader = self._loader
+        if loader is not None:
+            loader.join(timeout)
+        return loader is None or not loader.is_alive()
+
+    def _load_in_background(self) -> None:
+        try:
+            loaded, problem = self._load_new()
+        except Exception as exc:  # reported, never lost with the thread
+            loaded, problem = None, f"reload failed ({type(exc).__name__}: {exc})"
+        with self._lock:
+            if loaded is not None:
+                self._loaded = loaded
+            if problem is not None:
+                self._reports.append(problem)
+
+    def _load_new(self) -> tuple[tuple[T, Version] | None, str | None]:
+        """The version `latest` names, loaded if it is new; or why not (None: nothing new)."""
+        with self._loading:
+            running = self.version.name
             try:
                 live = current(self.root)
             except PublishError as exc:
-                warnings.warn(f"{exc}; keeping {self.version.name}", ReloadWarning, stacklevel=2)
-                return False
-            if live is None or live.name == self.version.name or live.name in self.refused:
-                return False
+                return None, f"{exc}; keeping {running}"
+            with self._lock:
+                if live is not None and live.name == running:
+                    self._loaded = None  # the pointer moved back before the take-up
+                waiting = self._loaded[1].name if self._loaded is not None else None
+            if live is None or live.name in (running, waiting) or live.name in self.refused:
+                return None, None
             try:
                 model = self.load(self.root / VERSIONS / live.name)
             except Exception as exc:
                 self.refused[live.name] = f"{type(exc).__name__}: {exc}"
-                warnings.warn(
-                    f"{live.name} does not load ({self.refused[live.name]}); "
-                    f"keeping {self.version.name}",
-                    ReloadWarning,
-                    stacklevel=2,
+                return None, (
+                    f"{live.name} does not load ({self.refused[live.name]}); keeping {running}"
                 )
-                return False
-            self._previous = (self.model, self.version)
-            self.model, self.version = model, live
-            return True
+            return (model, live), None
+
+    def _take_up(self, *, stacklevel: int) -> bool:
+        """Swap in the version loaded last, if any, and warn of background failures."""
+        with self._lock:
+            loaded, self._loaded = self._loaded, None
+            reports, self._reports = self._reports, []
+            if loaded is not None:
+                self._previous = (self.model, self.version)
+                self.model, self.version = loaded
+        for report in reports:
+            warnings.warn(report, ReloadWarning, stacklevel=stacklevel)
+        return loaded is not None
 
     def refuse(self, reason: str) -> None:
         """Refuse the version just taken up and go back to the one before (never retried).
