@@ -31,6 +31,8 @@ SCRIPTS = list(MARKERS)
 TESTED_ELSEWHERE = {
     "cache_append.py": "tests/test_cache_append.py runs it on TaskBench-HF",
     "offline_agent.py": "tests/test_cookbook_offline.py runs it and checks docs/agents.md",
+    "pydantic_ai_agent.py": "tests/test_pydantic_ai.py runs it with no network",
+    "openai_agents_agent.py": "tests/test_openai_agents.py runs it with no network",
 }
 
 

@@ -8,7 +8,14 @@ import sys
 
 import pytest
 
-PACKAGES = ["langchain_dtdr", "langgraph_dtdr", "llama_index_dtdr", "mcp_dtdr"]
+PACKAGES = [
+    "langchain_dtdr",
+    "langgraph_dtdr",
+    "llama_index_dtdr",
+    "mcp_dtdr",
+    "pydantic_ai_dtdr",
+    "openai_agents_dtdr",
+]
 
 
 def test_pinned_public_names() -> None:
@@ -36,6 +43,30 @@ def test_pinned_public_names() -> None:
         "run_proxy",
         "serve_proxy",
     ]
+    import openai_agents_dtdr
+    import pydantic_ai_dtdr
+
+    assert sorted(pydantic_ai_dtdr.__all__) == [
+        "DTDRPrepareTools",
+        "DTDRSearchStrategy",
+        "SelectionPolicy",
+        "StepRecord",
+        "core_tool",
+        "current_turn",
+        "prepare_tools",
+        "run_report",
+        "search_strategy",
+    ]
+    assert sorted(openai_agents_dtdr.__all__) == [
+        "DTDRAgentHooks",
+        "DTDRRunContext",
+        "DTDRToolSelection",
+        "SelectionPolicy",
+        "StepRecord",
+        "core_tool",
+        "current_turn",
+        "run_report",
+    ]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
@@ -48,8 +79,10 @@ def test_every_exported_name_resolves(name: str) -> None:
 def test_the_runtime_and_the_mcp_command_import_no_framework() -> None:
     code = (
         "import sys, dtdr_agents.runtime, dtdr_agents.runtime.replay, dtdr_agents.cli.mcp\n"
+        "import dtdr_agents.runtime.tool_search\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('langchain', 'langchain_core', 'langgraph', 'llama_index', 'mcp', 'mcp_dtdr'))\n"
+        "('langchain', 'langchain_core', 'langgraph', 'llama_index', 'mcp', 'mcp_dtdr', "
+        "'pydantic_ai', 'agents', 'openai', 'anthropic'))\n"
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

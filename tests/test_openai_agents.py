@@ -9,6 +9,7 @@ from agents import Agent, AgentHooks, RunConfig
 from agents.mcp import ToolFilterContext
 from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
 from mcp.types import Tool as MCPTool
+from offline_script import run_offline
 from openai import AsyncOpenAI
 from openai_server import OpenAIChatServer, plan_responder, tool_names
 
@@ -63,7 +64,7 @@ async def test_a_run_without_the_request_is_a_clear_error(demo: DemoSetup) -> No
     selection = DTDRToolSelection(demo.retriever, k=3)
     model = PlanModel(demo.plans())
     agent = selection.agent(Agent(name="a", model=model, tools=agents_tools(demo.tools)))
-    with pytest.raises(TypeError, match="context=selection.context"):
+    with pytest.raises(TypeError, match=r"context=selection\.context"):
         await Runner.run(agent, demo.test[0].query, run_config=NO_TRACING)
 
 
@@ -130,3 +131,13 @@ async def test_against_an_openai_compatible_server_on_loopback(
     await selection.run(agent, d.query, run_config=NO_TRACING)
     sent = [tool_names(body) for body in server.requests]
     assert sent and sent == _expected(demo, d.query, d.calls, len(sent), 3)
+
+
+def test_the_cookbook_example_runs_offline(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = run_offline("openai_agents_agent.py", monkeypatch, capsys)
+    plan = "open_file -> summarize_pdf -> get_email_address -> compose_email"
+    assert lines[0].startswith("step 0, after the request: offered ")
+    assert "open_file" in lines[0]
+    assert lines[-1] == f"answer: Done: {plan}."

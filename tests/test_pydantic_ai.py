@@ -1,10 +1,11 @@
-"""Pydantic AI: prepare_tools binds what StepSelector binds; the ToolSearch strategy uses history."""
+"""Pydantic AI: prepare_tools binds what StepSelector binds; ToolSearch reads the calls so far."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
+from offline_script import run_offline
 from openai_server import OpenAIChatServer, plan_responder, tool_names
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import PrepareTools, ToolSearch
@@ -141,3 +142,13 @@ def test_against_an_openai_compatible_server_on_loopback(
     agent.run_sync(d.query)
     sent = [tool_names(body) for body in server.requests]
     assert sent and sent == _expected(demo, d.query, d.calls, len(sent), 3)
+
+
+def test_the_cookbook_example_runs_offline(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = run_offline("pydantic_ai_agent.py", monkeypatch, capsys)
+    plan = "open_file -> summarize_pdf -> get_email_address -> compose_email"
+    assert lines[0].startswith("step 0, after the request: bound ")
+    assert "open_file" in lines[0]
+    assert lines.count(f"answer: Done: {plan}.") == 2  # prepare_tools, then tool search

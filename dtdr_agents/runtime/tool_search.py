@@ -268,7 +268,7 @@ class ToolSearchBackend:
         Raises:
             ValueError: An empty query.
         """
-        names = list(self.step(query, history).selection.names)
+        names = list(self.step(query, history).names)
         if candidates is not None:
             allowed = set(self._known(candidates, "candidates"))
             names = [n for n in names if n in allowed]
