@@ -6,12 +6,14 @@
    `--infer-tools`, "did you mean", `--skip-bad` on the run store, plurals.
 4. `StepSelector.select` gives a `StepRecord`; `.names` are the selected tools.
 5. Progress: plain lines off a terminal; `fit(progress=True)` from Python.
+6. The hybrid's `why`: shared facts once per ranking, each tool's own evidence in words.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import re
 import shutil
 import subprocess
 import sys
@@ -19,7 +21,9 @@ import textwrap
 import tomllib
 import zipfile
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from test_first_hour import _run  # main(argv) -> (exit status, stdout, stderr)
 
@@ -394,3 +398,63 @@ def test_the_demo_shows_progress_while_it_encodes_the_requests(
     encode = [line for line in err.splitlines() if line.startswith("encode:")]
     assert len(encode) >= 2 and "60/60" in encode[-1]
     assert "\r" not in err
+
+
+# ------------------------------------------------------------------------- 6. the why text
+
+
+def _zero_shot_hybrid() -> Any:
+    from dtdr_agents import make_retriever
+
+    tools = [
+        {"name": "search_recipes", "description": "Search recipes by ingredient or dish"},
+        {"name": "get_recipe", "description": "Get the ingredients and steps of a recipe"},
+        {"name": "add_to_shopping_list", "description": "Add ingredients to the shopping list"},
+        {"name": "order_groceries", "description": "Order the shopping list from a grocer"},
+        {"name": "set_timer", "description": "Set a kitchen timer for some minutes"},
+        {"name": "convert_units", "description": "Convert cups, grams and ounces"},
+    ]
+    return make_retriever("hybrid", encoder="tfidf").fit([], tools)
+
+
+def test_hybrid_why_says_the_shared_facts_once_and_each_tools_own_in_words(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    model = _zero_shot_hybrid()
+    ranking = model.rank("Find a leek soup recipe and order the ingredients", ["search_recipes"])
+    whys = [t.why for t in ranking.top(None)]
+    for shared in ("nothing to cross-fit", "zero-shot stop rule", "candidates=", "sub_goals="):
+        assert not any(shared in why for why in whys), shared  # before: in every tool's why
+    assert "nothing to cross-fit" in ranking.explanation["zero_shot"]  # kept, once
+    assert len({re.sub(r"p=\d\.\d+", "", why) for why in whys}) == len(whys)
+    tools = [t for t in ranking.top(None, include_end=False)]
+    assert all(re.search(r"raised by|lowered by", t.why) for t in tools[:3])
+    assert any(re.search(r"ranked \d+(st|nd|rd|th) by meaning", t.why) for t in tools)
+    model.save(tmp_path / "m")
+    code, out, err = _run(["rank", "--model", str(tmp_path / "m"), "--query", "leek soup"], capsys)
+    assert code == 0, err
+    notes = [line for line in out.splitlines() if line.startswith("note: hybrid:")]
+    assert len(notes) == 1 and "zero-shot model (0 demonstrations" in notes[0]
+    assert "end of plan: zero-shot stop rule p=" in notes[0]
+    assert out.count("nothing to cross-fit") == 1
+
+
+def test_contribution_words_read_as_evidence() -> None:
+    from dtdr_agents.retrievers.explain import contribution_words, ranking_words, tool_words
+
+    text = contribution_words([("graph_rank", 1.39), ("dense_rank", -1.1, -1.0986)])
+    assert text == (
+        "raised by its rank in the tool graph after the last call (graph_rank=+1.39); "
+        "lowered by ranked 3rd by meaning (dense_rank=-1.10)"
+    )
+    assert contribution_words([("bm25_rank", -4.6, -4.615)], unranked=100) == (
+        "lowered by no match by the request's words (bm25_rank=-4.60)"
+    )
+    assert contribution_words([("dense_rank", 0.0)]) == ""
+    features = ["dense_rank", "bm25_rank", "end"]
+    first = tool_words(features, np.array([0.0, -0.6931, 0.0]), np.array([1.0, 1.0, 0.5]), 4)
+    assert first.startswith("raised by ranked 1st by meaning; lowered by ranked 2nd by")
+    end = tool_words(features, np.array([0.0, 0.0, 1.0]), np.array([1.0, 1.0, 0.5]), 4)
+    assert "ranked 1st" not in end  # end-of-plan's row has no ranks
+    words = ranking_words({"method": "hybrid", "candidates": 9, "sub_goals": "clauses"})
+    assert words == "hybrid: 9 candidate tools scored; sub-goals from: clauses"

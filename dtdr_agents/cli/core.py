@@ -288,6 +288,7 @@ def cmd_rank(args: argparse.Namespace) -> int:
     from dtdr_agents.foundation.errors import UnknownToolError
     from dtdr_agents.foundation.selection import TOP_K, select
     from dtdr_agents.foundation.types import as_history
+    from dtdr_agents.retrievers.explain import ranking_words
 
     model = load_model(args)
     try:
@@ -331,6 +332,10 @@ def cmd_rank(args: argparse.Namespace) -> int:
             f"note: out of distribution ({ranking.fallback_reason}): selected the ranking's "
             f"best {len(sel.names)} tools (fallback_k={TOP_K.fallback_k}), not the top {args.k}"
         )
+    left_out = set(getattr(ranking, "replaces", ()))  # what every tool's why leaves out
+    shared = {k: v for k, v in ranking.explanation.items() if k in left_out or k == "method"}
+    if len(shared) > 1:  # said once
+        print(f"note: {ranking_words(shared)}")
     width = max(len(t.name) for t in top)
     for t in top:
         print(f"{t.rank:>3}. {t.name.ljust(width)}  {t.probability:.3f}  {t.why}")

@@ -51,6 +51,7 @@ from dtdr_agents.planning.planners import Planner
 from dtdr_agents.retrievers.base import Scores, ToolRetriever, softmax
 from dtdr_agents.retrievers.bm25 import BM25Retriever
 from dtdr_agents.retrievers.dtdr_c import DTDRC
+from dtdr_agents.retrievers.explain import tool_words
 from dtdr_agents.retrievers.hybrid_combiner import (
     FEATURE_REVISION,
     FEATURES,
@@ -323,6 +324,7 @@ class HybridRetriever(HybridFeatures):
                     "sub_goals": self._query_state(query).goals_from,
                 },
                 tool_why=why,
+                replaces=("zero_shot", "stop", "candidates", "sub_goals"),  # said once
             )
         contrib = x[int(np.argmax(s))] * self.weights_
         top = np.argsort(-np.abs(contrib))[:3]
@@ -337,7 +339,7 @@ class HybridRetriever(HybridFeatures):
             explanation["cluster"] = qs.cluster
         if qs.source_note is not None:
             explanation["candidate_source"] = qs.source_note
-        return Scores(out, explanation, tool_why=why, replaces=("top_features",))
+        return Scores(out, explanation, tool_why=why, replaces=tuple(explanation))
 
     def set_params(self, **params: Any) -> Self:
         """Set constructor arguments (e.g. `goal_planner` after `load`); plans are dropped."""
@@ -398,9 +400,7 @@ class HybridRetriever(HybridFeatures):
             row = rows.get(i)
             if row is None:
                 return "not among this step's candidates"
-            contrib = x[row] * weights
-            top = [int(j) for j in np.argsort(-np.abs(contrib), kind="stable")[:WHY_TERMS]]
-            return ", ".join(f"{FEATURES[j]}={contrib[j]:+.2f}" for j in top if contrib[j] != 0.0)
+            return tool_words(FEATURES, x[row], weights, WHY_TERMS, unranked=self.candidates)
 
         return why
 
