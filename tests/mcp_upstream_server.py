@@ -2,7 +2,7 @@
 
     python tests/mcp_upstream_server.py --tools tools.json [--duplicate] [--fail-on NAME]
         [--slow-on NAME] [--die-on NAME] [--hang-start] [--swap-tools FILE --swap-when PATH]
-        [--ignore-term] [--grandchild] [--pid-file PATH]
+        [--ignore-term] [--grandchild] [--pid-file PATH] [--log-calls PATH]
 
 Every tool of ``tools.json`` (a JSON list of ``{"name", "description", "parameters"}``) answers
 ``{"tool": name, "args": {...}}``; ``--fail-on`` makes a tool return an error result,
@@ -13,7 +13,8 @@ answers calls of the others with an error result, and sends ``notifications/tool
 (to the client that listed its tools). ``--ignore-term`` ignores SIGTERM, ``--grandchild`` starts
 a process of its own (which ignores SIGTERM too) that sleeps for an hour, and ``--pid-file``
 writes the process ids (this server's, then the grandchild's), one a line, once they run; the
-lifecycle tests read it to check that nothing the proxy started survives. Standard library + mcp.
+lifecycle tests read it to check that nothing the proxy started survives. ``--log-calls`` appends
+the name of every tool called to a file, one a line. Standard library + mcp.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def main() -> None:
     parser.add_argument("--ignore-term", action="store_true")
     parser.add_argument("--grandchild", action="store_true")
     parser.add_argument("--pid-file", default="")
+    parser.add_argument("--log-calls", default="")
     args = parser.parse_args()
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -103,6 +105,9 @@ def main() -> None:
 
     async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         name = params.name
+        if args.log_calls:
+            with open(args.log_calls, "a", encoding="utf-8") as fh:
+                fh.write(name + "\n")
         if args.swap_tools and name not in {t.name for t in tools}:
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=f"no tool {name} upstream")],

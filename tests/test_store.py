@@ -363,22 +363,26 @@ def test_a_version_1_store_upgrades_in_place_to_hold_sessions(url: str) -> None:
         conn.execute(insert(schema.Run).values(**_run(1)._row()))
     engine.dispose()
     with SessionStore(url) as store:
-        assert (store.upgraded_from, store.schema_version) == (1, 2)
+        assert (store.upgraded_from, store.schema_version) == (1, schema.SCHEMA_VERSION)
         store.save("k", SessionState("r", ("geocode",)))
         assert store.load("k") == SessionState("r", ("geocode",))
     with RunStore(url) as runs:  # already upgraded; the version 1 run is still there
-        assert runs.upgraded_from == 2 and [r.id for r in runs.iter_runs()] == ["r00001"]
+        assert runs.upgraded_from == schema.SCHEMA_VERSION and [r.id for r in runs.iter_runs()] == [
+            "r00001"
+        ]
 
 
 def test_a_newer_schema_is_refused_by_the_session_store_and_left_alone(url: str) -> None:
     SessionStore(url).close()
     engine = create_engine(store_url(url))
+    newer = schema.SCHEMA_VERSION + 1
     with engine.begin() as conn:
-        conn.execute(text("UPDATE dtdr_meta SET value = '3' WHERE key = 'schema_version'"))
-    with pytest.raises(StoreError, match=r"version 3; this dtdr-agents reads up to version 2"):
+        conn.execute(text(f"UPDATE dtdr_meta SET value = '{newer}' WHERE key = 'schema_version'"))
+    match = rf"version {newer}; this dtdr-agents reads up to version {schema.SCHEMA_VERSION}"
+    with pytest.raises(StoreError, match=match):
         SessionStore(url)
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT value FROM dtdr_meta")).scalar() == "3"
+        assert conn.execute(text("SELECT value FROM dtdr_meta")).scalar() == str(newer)
         assert conn.execute(text("SELECT count(*) FROM dtdr_sessions")).scalar() == 0
     engine.dispose()
 

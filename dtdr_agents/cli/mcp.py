@@ -7,6 +7,7 @@ from typing import Any
 
 from dtdr_agents.cli._common import CLIError, split_ids
 from dtdr_agents.store.errors import StoreError
+from dtdr_agents.store.session_limits import DEFAULT_EXPIRE_INTERVAL, DEFAULT_TTL
 
 INSTALL_HINT = "the MCP proxy needs the mcp extra: pip install 'dtdr-agents[mcp]'"
 
@@ -36,6 +37,18 @@ def cmd_mcp_proxy(args: argparse.Namespace) -> int:
             "--session-store is an option of --transport streamable-http (stdio serves one "
             "client, whose session lives in the proxy process)"
         )
+    ttl, every = args.session_ttl, args.expire_interval
+    if args.session_store is None and (ttl is not None or every is not None):
+        raise CLIError(
+            "--session-ttl and --expire-interval are options of --session-store (without a "
+            "store, a session ends with its client's connection)"
+        )
+    ttl = DEFAULT_TTL if ttl is None else ttl
+    every = DEFAULT_EXPIRE_INTERVAL if every is None else every
+    if not ttl > 0 or not every > 0:
+        raise CLIError(
+            f"--session-ttl and --expire-interval must be > 0 seconds, got {ttl:g} and {every:g}"
+        )
     port = 8000 if args.port is None else args.port
     if not 0 <= port <= 65535:
         raise CLIError(f"--port must be from 0 to 65535 (0: a free port), got {port}")
@@ -57,6 +70,8 @@ def cmd_mcp_proxy(args: argparse.Namespace) -> int:
             port=port,
             reload_interval=args.reload_interval,
             session_store=args.session_store,
+            session_ttl=ttl,
+            expire_interval=every,
         )
     except ValueError as exc:
         raise CLIError(str(exc)) from exc
@@ -105,6 +120,22 @@ def add_commands(sub: Any) -> None:
         help="streamable-http: keep each session's state in this run store (sqlite:///FILE "
         "or postgresql://...); clients name their session in the X-Dtdr-Session header, and "
         "replicas on one store serve any session (no session affinity needed)",
+    )
+    p.add_argument(
+        "--session-ttl",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"with --session-store: delete sessions not written for this long (default "
+        f"{DEFAULT_TTL:g}: 30 minutes, the MCP SDK's session idle time-out)",
+    )
+    p.add_argument(
+        "--expire-interval",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"with --session-store: seconds between two deletions of such sessions (default "
+        f"{DEFAULT_EXPIRE_INTERVAL:g})",
     )
     p.add_argument(
         "--reload-interval",

@@ -3,11 +3,12 @@
 Three tables, all prefixed ``dtdr_`` so that the store can share a database with other
 applications: ``dtdr_meta`` (key/value; ``schema_version``), ``dtdr_runs`` (one row per
 agent run) and, from version 2, ``dtdr_sessions`` (the MCP proxy's session state by client
-key, `dtdr_agents.store.sessions`). `upgrade` brings a database to `SCHEMA_VERSION` in place,
-one step of `MIGRATIONS` at a time, inside one transaction that holds a lock against concurrent
-upgrades (PostgreSQL: a transaction-scoped advisory lock; SQLite: every store transaction
-begins ``IMMEDIATE``, see `dtdr_agents.store.runs.make_engine`). A database
-whose version is newer than this package reads is refused, never written.
+key, `dtdr_agents.store.sessions`; version 3 adds the answers to its last calls). `upgrade`
+brings a database to `SCHEMA_VERSION` in place, one step of `MIGRATIONS` at a time,
+inside one transaction that holds a lock against concurrent upgrades (PostgreSQL: a
+transaction-scoped advisory lock; SQLite: every store transaction begins ``IMMEDIATE``, see
+`dtdr_agents.store.runs.make_engine`). A database whose version is newer than this package
+reads is refused, never written.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ class SessionRow(Base):
     request: Mapped[str | None] = mapped_column(Text, nullable=True)
     history: Mapped[list[str]] = mapped_column(JSON_TYPE)
     found: Mapped[list[str]] = mapped_column(JSON_TYPE)
+    answers: Mapped[list[list[object]] | None] = mapped_column(JSON_TYPE, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (Index("ix_dtdr_sessions_updated_at", "updated_at"),)
@@ -100,9 +102,16 @@ def _create_v2(conn: Connection) -> None:
     Base.metadata.create_all(conn, tables=[SessionRow.__table__])  # type: ignore[list-item]
 
 
+def _add_answers_v3(conn: Connection) -> None:
+    """Version 3: the sessions' answers to their last calls (a retried call gets its answer)."""
+    if "answers" not in {c["name"] for c in inspect(conn).get_columns("dtdr_sessions")}:
+        kind = JSON_TYPE.compile(dialect=conn.dialect)
+        conn.execute(text(f"ALTER TABLE dtdr_sessions ADD COLUMN answers {kind}"))
+
+
 Migration = Callable[[Connection], None]
 
-MIGRATIONS: list[Migration] = [_create_v1, _create_v2]
+MIGRATIONS: list[Migration] = [_create_v1, _create_v2, _add_answers_v3]
 """`MIGRATIONS[i]` upgrades a database from version ``i`` to ``i + 1`` (0: empty)."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -2,8 +2,12 @@
 
 `SessionStore(url)` keeps one row per session key in ``dtdr_sessions`` (schema version 2,
 `dtdr_agents.store.schema`): the session's request, the tools it called and the tools its
-last search found, as JSON (never pickled), with the time of the last write. `save` is an
-atomic upsert (the last write wins); `expire` deletes sessions idle for longer than given.
+last search found, as JSON (never pickled), with the time of the last write; from version 3
+also the answers to its last forwarded calls (`Answer`), so that a client retrying a call
+gets the recorded answer instead of running and recording it twice. `save` is an atomic
+upsert (the last write wins): a call and its answer are recorded together or not at all.
+`expire` deletes sessions idle for longer than given; the MCP proxy calls it every
+`DEFAULT_EXPIRE_INTERVAL` seconds with a time-to-live of `DEFAULT_TTL` (its options).
 
 Example:
     >>> store = SessionStore("sqlite://")  # in memory
@@ -14,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -28,11 +33,28 @@ from sqlalchemy.sql.dml import Insert
 from dtdr_agents.store.errors import StoreError
 from dtdr_agents.store.runs import DEFAULT_URL, open_store, store_url
 from dtdr_agents.store.schema import SessionRow
+from dtdr_agents.store.session_limits import (
+    DEFAULT_EXPIRE_INTERVAL,
+    DEFAULT_TTL,
+    MAX_ANSWER_CHARS,
+    MAX_ANSWERS,
+)
 
 MAX_KEY = 256
 """The longest session key the store keeps."""
 
 T = TypeVar("T")
+
+__all__ = [
+    "DEFAULT_EXPIRE_INTERVAL",
+    "DEFAULT_TTL",
+    "MAX_ANSWERS",
+    "MAX_ANSWER_CHARS",
+    "MAX_KEY",
+    "Answer",
+    "SessionState",
+    "SessionStore",
+]
 
 
 def _names(value: Any, field: str) -> tuple[str, ...]:
@@ -45,6 +67,50 @@ def _names(value: Any, field: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class Answer:
+    """The answer to one forwarded call, kept so that a retry of the call gets it again.
+
+    Attributes:
+        request_id: The client's request id (JSON-RPC: an integer or a string).
+        call: What was called (a digest of the tool's name and arguments): a retry is the same
+            call under the same request id.
+        result: The answer as JSON, or None when it was longer than `MAX_ANSWER_CHARS`.
+        size: The answer's length as JSON, in characters.
+    """
+
+    request_id: int | str
+    call: str
+    result: dict[str, Any] | None
+    size: int = 0
+
+    def __post_init__(self) -> None:
+        rid = self.request_id
+        if isinstance(rid, bool) or not isinstance(rid, int | str):
+            raise ValueError(f"Answer.request_id must be an integer or a string, got {rid!r}")
+        if not isinstance(self.call, str) or not self.call:
+            raise ValueError(f"Answer.call must be a non-empty string, got {self.call!r}")
+        if self.result is not None and not isinstance(self.result, dict):
+            raise ValueError(f"Answer.result must be a JSON object or None, got {self.result!r}")
+
+    @classmethod
+    def of(cls, request_id: int | str, call: str, result: dict[str, Any]) -> Answer:
+        """The answer to keep: `result` itself, or None when it is too long to keep."""
+        size = len(json.dumps(result, separators=(",", ":")))
+        return cls(request_id, call, result if size <= MAX_ANSWER_CHARS else None, size)
+
+    def _row(self) -> list[Any]:
+        return [self.request_id, self.call, self.result, self.size]
+
+
+def _answers(value: Any) -> tuple[Answer, ...]:
+    if isinstance(value, str) or not isinstance(value, tuple | list):
+        raise ValueError(f"SessionState.answers must be a tuple of Answer, got {value!r}")
+    if not all(isinstance(a, Answer) for a in value):
+        raise ValueError(f"SessionState.answers must hold Answer objects, got {value!r}")
+    return tuple(value)[-MAX_ANSWERS:]
+
+
+@dataclass(frozen=True)
 class SessionState:
     """What one proxy session remembers between requests.
 
@@ -52,17 +118,30 @@ class SessionState:
         request: The session's request (its task), None before ``set_task``.
         history: The upstream tools called in the current task, in order.
         found: The tools the last ``search_tools`` found (callable until the next search).
+        answers: The answers to the session's last forwarded calls, oldest first (at most
+            `MAX_ANSWERS`; older ones are dropped).
     """
 
     request: str | None = None
     history: tuple[str, ...] = ()
     found: tuple[str, ...] = ()
+    answers: tuple[Answer, ...] = ()
 
     def __post_init__(self) -> None:
         if self.request is not None and not isinstance(self.request, str):
             raise ValueError(f"SessionState.request must be a string or None, got {self.request!r}")
         object.__setattr__(self, "history", _names(self.history, "history"))
         object.__setattr__(self, "found", _names(self.found, "found"))
+        object.__setattr__(self, "answers", _answers(self.answers))
+
+    def answer(self, request_id: int | str | None, call: str) -> Answer | None:
+        """The kept answer to `call` under `request_id` (a retried call), or None."""
+        if request_id is None:
+            return None
+        for kept in reversed(self.answers):
+            if kept.request_id == request_id and type(kept.request_id) is type(request_id):
+                return kept if kept.call == call else None
+        return None
 
 
 def _check_key(key: Any) -> str:
@@ -133,13 +212,14 @@ class SessionStore:
         def work() -> SessionState | None:
             with self.engine.connect() as conn:
                 row = conn.execute(
-                    select(SessionRow.request, SessionRow.history, SessionRow.found).where(
-                        SessionRow.key == key
-                    )
+                    select(
+                        SessionRow.request, SessionRow.history, SessionRow.found, SessionRow.answers
+                    ).where(SessionRow.key == key)
                 ).first()
             if row is None:
                 return None
-            return SessionState(row.request, tuple(row.history), tuple(row.found))
+            answers = tuple(Answer(*a) for a in row.answers or ())
+            return SessionState(row.request, tuple(row.history), tuple(row.found), answers)
 
         return self._run(f"load session {key!r}", work)
 
@@ -153,6 +233,7 @@ class SessionStore:
             "request": state.request,
             "history": list(state.history),
             "found": list(state.found),
+            "answers": [a._row() for a in state.answers],
             "updated_at": datetime.now(UTC),
         }
 

@@ -44,6 +44,7 @@ import socket
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,14 @@ from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.runtime import (
     DEFAULT_RETRIEVER,
 )
+from dtdr_agents.store.errors import StoreError
 from dtdr_agents.store.publishing import Reloader
-from dtdr_agents.store.sessions import SessionStore
+from dtdr_agents.store.sessions import (
+    DEFAULT_EXPIRE_INTERVAL,
+    DEFAULT_TTL,
+    SessionState,
+    SessionStore,
+)
 from mcp_dtdr.names import (
     SEARCH_TOOLS,
     SET_TASK,
@@ -87,7 +94,14 @@ from mcp_dtdr.session import (
     _core_tool,
     _selector,
 )
-from mcp_dtdr.stored import SESSION_HEADER, StoredSessions, session_key
+from mcp_dtdr.stored import (
+    SESSION_HEADER,
+    StoredSessions,
+    answered,
+    call_digest,
+    session_key,
+    with_answer,
+)
 from mcp_dtdr.upstream import Upstream, UpstreamError, _mcp_error, _upstream_argv
 
 __all__ = [
@@ -247,16 +261,18 @@ def _build(
         upstream.check()
         return client.session
 
-    async def session_of(ctx: ServerRequestContext[Any]) -> tuple[str, ProxySession]:
-        """The request's session: from the store, or this process's live sessions."""
+    async def session_of(
+        ctx: ServerRequestContext[Any],
+    ) -> tuple[str, ProxySession, SessionState | None]:
+        """The request's session (and its saved state): from the store, or this process's."""
         if stored is None:
             session = live(ctx)
             refusal.check()
-            return "", session
+            return "", session, None
         key = session_key(ctx)
         upstream.check()
         assert catalogue is not None
-        return key, await stored.load(key, catalogue, refusal.rank)
+        return key, *await stored.load(key, catalogue, refusal.rank)
 
     async def notify(notifiers: Sequence[Any]) -> None:
         """Tell these clients that their list of tools changed."""
@@ -281,8 +297,9 @@ def _build(
     async def on_call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        key, sess = await session_of(ctx)
+        key, sess, saved = await session_of(ctx)
         args = dict(params.arguments or {})
+        answers = () if saved is None else saved.answers
         if params.name in (SET_TASK, SEARCH_TOOLS):
             change, arg = (
                 (sess.set_task, "request") if params.name == SET_TASK else (sess.search, "query")
@@ -292,6 +309,10 @@ def _build(
                 result = _text(await refusal.rank(change, args.get(arg)))
                 after = sess.exposed()
         else:
+            call = call_digest(params.name, args)
+            retried = None if saved is None else saved.answer(ctx.request_id, call)
+            if retried is not None:  # recorded with its answer: not forwarded again
+                return answered(retried, params.name)
             state = sess.state
             name = state.catalogue.by_listed.get(params.name)  # the upstream's name
             if name is None or name not in state.exposed():
@@ -307,8 +328,9 @@ def _build(
                 before = sess.exposed()
                 await refusal.rank_after_call(sess.record_call, name)
                 after = sess.exposed()
+            answers = with_answer(answers, ctx.request_id, call, result)
         if stored is not None:  # stateless: nothing stays here, no channel to notify on
-            await stored.save(key, sess)
+            await stored.save(key, sess, answers)  # a call and its answer, both or neither
         elif after != before:
             await notify([ctx.session])
         return result
@@ -399,9 +421,36 @@ async def _poll_models(reloader: Reloader[Any], interval: float) -> None:
         refused = set(reloader.refused)
 
 
-async def _run_beside(built: _Built, reload_interval: float | None, main: Any) -> None:
-    """Run `main()` with the upstream follower and the model poller beside it."""
+async def _expire_sessions(store: SessionStore, ttl: float, interval: float) -> None:
+    """Delete the sessions not written for `ttl` seconds, now and every `interval` seconds.
+
+    A failure of the store is said once (until an expiry works again) and tried again.
+    """
+    failing = False
+    while True:
+        try:
+            gone = await anyio.to_thread.run_sync(store.expire, ttl)
+        except StoreError as exc:
+            if not failing:
+                _say(f"expiring idle sessions failed (tried again every {interval:g} s): {exc}")
+            failing = True
+        else:
+            failing = False
+            if gone:
+                _say(f"expired {gone} session(s) not written for {ttl:g} s")
+        await anyio.sleep(interval)
+
+
+async def _run_beside(
+    built: _Built,
+    reload_interval: float | None,
+    main: Any,
+    beside: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
+) -> None:
+    """Run `main()` with the upstream follower, the model poller and `beside` beside it."""
     async with anyio.create_task_group() as tg:
+        for task in beside:
+            tg.start_soon(task)
         if built.follow_upstream is not None:
             tg.start_soon(built.follow_upstream)
         if built.reloader is not None and reload_interval is not None:
@@ -454,6 +503,8 @@ async def serve_proxy_http(
     ready: Callable[[str], None] | None = None,
     session_store: SessionStore | None = None,
     model_name: str | None = None,
+    session_ttl: float = DEFAULT_TTL,
+    expire_interval: float = DEFAULT_EXPIRE_INTERVAL,
 ) -> None:
     """Start the upstream and serve many clients over streamable HTTP on `sock` until stopped.
 
@@ -466,7 +517,9 @@ async def serve_proxy_http(
 
     With a `session_store`, the SDK runs in stateless mode and each request names its session
     in the `SESSION_HEADER` header, whose state lives in the store (see `_build`): replicas
-    on one store answer a session alike, behind any load balancer.
+    on one store answer a session alike, behind any load balancer. The sessions not written
+    for `session_ttl` seconds are deleted from the store at start and every
+    `expire_interval` seconds (`SessionStore.expire`).
     """
     import uvicorn  # a dependency of mcp
 
@@ -503,7 +556,10 @@ async def serve_proxy_http(
                 if web.started and ready is not None:
                     ready(f"http://{shown}:{port}{path}")
 
-        await _run_beside(built, reload_interval, main)
+        beside = []
+        if session_store is not None:
+            beside.append(partial(_expire_sessions, session_store, session_ttl, expire_interval))
+        await _run_beside(built, reload_interval, main, beside)
 
 
 TRANSPORTS = ("stdio", "streamable-http")
@@ -525,6 +581,8 @@ def run_proxy(
     port: int = 8000,
     reload_interval: float = 5.0,
     session_store: str | Path | None = None,
+    session_ttl: float = DEFAULT_TTL,
+    expire_interval: float = DEFAULT_EXPIRE_INTERVAL,
 ) -> None:
     """Run the proxy over this process's stdin/stdout (or streamable HTTP) until stopped.
 
@@ -553,12 +611,19 @@ def run_proxy(
         session_store: A run store URL (`dtdr_agents.store.SessionStore`) that keeps each
             session's state (streamable HTTP only): clients name their session in the
             `SESSION_HEADER` header, and replicas on the same store serve any session.
+            A retried call (same request id, tool and arguments) gets its recorded answer
+            (`mcp_dtdr.stored`).
+        session_ttl: Seconds a stored session may go unwritten before it is deleted
+            (default `DEFAULT_TTL`, 30 minutes: the SDK's idle time-out of a session).
+        expire_interval: Seconds between two deletions of such sessions (default
+            `DEFAULT_EXPIRE_INTERVAL`, one minute).
 
     Raises:
         ModelLoadError: The model folder cannot be loaded.
         PublishError: The publish folder has no version, or its current one does not load.
         StoreError: The session store cannot be opened (named without its password).
-        ValueError: Invalid options (transport, port, interval, a session store on stdio),
+        ValueError: Invalid options (transport, port, intervals, time-to-live, a session store
+            on stdio),
             an address that cannot be bound, or an empty upstream command.
         TypeError: `upstream_argv` is a single string instead of a list.
     """
@@ -568,8 +633,13 @@ def run_proxy(
     if isinstance(always_include, str):  # tuple() would split it into letters
         raise ValueError(f"always_include must be a list of tool names, got {always_include!r}")
     interval = reload_interval
-    if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval > 0:
-        raise ValueError(f"reload_interval must be > 0 seconds, got {interval!r}")
+    for option, value in (
+        ("reload_interval", interval),
+        ("session_ttl", session_ttl),
+        ("expire_interval", expire_interval),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ValueError(f"{option} must be > 0 seconds, got {value!r}")
     config = ProxyConfig(
         k=k,
         always_include=tuple(always_include),
@@ -623,6 +693,8 @@ def run_proxy(
                     ready=lambda url: _say(f"serving MCP over streamable HTTP at {url}"),
                     session_store=sessions,
                     model_name=name,
+                    session_ttl=session_ttl,
+                    expire_interval=expire_interval,
                 )
 
         anyio.run(main, backend_options=_loop_options(sock is not None))
