@@ -200,3 +200,18 @@ def test_the_loopback_servers_refuse_what_the_apis_refuse(
             server.url, json={"model": "m", "tools": tools, "messages": messages}, timeout=30
         )
         assert response.status_code == 400 and "ghost" in response.text
+
+
+def test_a_reloader_serves_the_search(demo: DemoSetup, tmp_path: Any) -> None:
+    from dtdr_agents.retrievers import load_retriever, make_retriever
+    from dtdr_agents.runtime.tool_search import catalogue_of
+    from dtdr_agents.store import Reloader, publish
+
+    model = make_retriever("bm25").fit(demo.train, demo.tools)
+    publish(tmp_path, model.save, check=load_retriever)
+    reloader = Reloader(tmp_path, load_retriever, poll_interval=None)
+    assert catalogue_of(reloader).names == demo.tools.names
+    d = demo.test[0]
+    assert ToolSearchBackend(reloader).search(d.query) == ToolSearchBackend(model).search(d.query)
+    with pytest.raises(TypeError):
+        catalogue_of(object())

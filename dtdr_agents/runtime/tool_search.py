@@ -32,6 +32,7 @@ from dtdr_agents.foundation.types import Tool, Toolset
 from dtdr_agents.runtime.checks import fitted_tools, short_names, unwrap_retriever
 from dtdr_agents.runtime.selector import StepSelector
 from dtdr_agents.runtime.steps import StepRecord
+from dtdr_agents.store.publishing import Reloader
 
 __all__ = [
     "DEFAULT_SEARCH_DESCRIPTION",
@@ -43,6 +44,7 @@ __all__ = [
     "anthropic_deferred_tools",
     "anthropic_search_tool",
     "anthropic_tool_result",
+    "catalogue_of",
     "openai_calls",
     "openai_deferred_tools",
     "openai_search_tool",
@@ -200,6 +202,18 @@ def openai_calls(items: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------- backend
+def catalogue_of(retriever: Any) -> Toolset:
+    """The catalogue `retriever` ranks (a fitted retriever, an adapter or a `Reloader`).
+
+    Raises:
+        NotFittedError: The retriever is not fitted.
+        TypeError: `retriever` is none of those.
+    """
+    if isinstance(retriever, Reloader):
+        retriever = retriever.current()
+    return fitted_tools(unwrap_retriever(retriever))
+
+
 class ToolSearchBackend:
     """Answers a model's tool search from a retriever, with the calls made so far.
 
@@ -225,7 +239,7 @@ class ToolSearchBackend:
         policy: SelectionPolicy | None = None,
         limit: int | None = None,
     ) -> None:
-        catalogue = tools if tools is not None else fitted_tools(unwrap_retriever(retriever))
+        catalogue = tools if tools is not None else catalogue_of(retriever)
         self.selector = StepSelector(catalogue, retriever, policy=policy)
         self.limit = limit
         if limit is not None and (not isinstance(limit, int) or limit < 1):

@@ -35,11 +35,10 @@ from dtdr_agents.runtime import (
     SelectionKeywords,
     StepRecord,
     StepSelector,
-    fitted_tools,
     resolve_policy,
-    unwrap_retriever,
 )
 from dtdr_agents.runtime.prompting import TokenCounter
+from dtdr_agents.runtime.tool_search import catalogue_of
 
 __all__ = [
     "DTDRAgentHooks",
@@ -210,7 +209,7 @@ class DTDRToolSelection:
         if tools is None and retriever is None:
             raise ValueError("pass a fitted retriever, or the tools to fit the default one on")
         if tools is None:
-            catalogue = fitted_tools(unwrap_retriever(retriever))
+            catalogue = catalogue_of(retriever)
         elif isinstance(tools, Toolset):
             catalogue = tools
         else:

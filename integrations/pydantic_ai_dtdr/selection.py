@@ -42,12 +42,10 @@ from dtdr_agents.runtime import (
     SelectionKeywords,
     StepRecord,
     StepSelector,
-    fitted_tools,
     resolve_policy,
-    unwrap_retriever,
 )
 from dtdr_agents.runtime.prompting import TokenCounter
-from dtdr_agents.runtime.tool_search import ToolSearchBackend
+from dtdr_agents.runtime.tool_search import ToolSearchBackend, catalogue_of
 
 __all__ = [
     "DTDRPrepareTools",
@@ -156,7 +154,7 @@ def core_tool(tool: ToolDefinition | PydanticTool[Any] | Any) -> Tool:
 
 def _catalogue(tools: Sequence[Any] | Toolset | None, retriever: Any) -> Toolset:
     if tools is None:
-        return fitted_tools(unwrap_retriever(retriever))
+        return catalogue_of(retriever)
     if isinstance(tools, Toolset):
         return tools
     return Toolset([core_tool(t) for t in tools])
