@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from agents import Agent, AgentHooks, RunConfig
@@ -141,3 +142,27 @@ def test_the_cookbook_example_runs_offline(
     assert lines[0].startswith("step 0, after the request: offered ")
     assert "open_file" in lines[0]
     assert lines[-1] == f"answer: Done: {plan}."
+
+
+async def test_an_mcp_server_filtered_by_the_selection(demo: DemoSetup, tmp_path: Any) -> None:
+    """A real MCP server (stdio): each model call gets the MCP tools StepSelector binds."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from agents.mcp import MCPServerStdio
+
+    (tmp_path / "tools.json").write_text(json.dumps(demo.tools.to_list()))
+    script = Path(__file__).with_name("mcp_upstream_server.py")
+    selection = DTDRToolSelection(demo.retriever, k=3)
+    params = {
+        "command": sys.executable,
+        "args": [str(script), "--tools", str(tmp_path / "tools.json")],
+    }
+    d = next(d for d in demo.test if len(d.calls) >= 2)
+    async with MCPServerStdio(params, tool_filter=selection.tool_filter, name="up") as server:
+        model = PlanModel(demo.plans(), demo.args_for)
+        agent = selection.agent(Agent(name="a", model=model, mcp_servers=[server]))
+        await selection.run(agent, d.query, run_config=NO_TRACING)
+    assert len(model.offered) >= 2
+    assert model.offered == _expected(demo, d.query, d.calls, len(model.offered), 3)
