@@ -170,6 +170,10 @@ def test_saved_model_needs_the_embeddings_again(
     query = demos[0].query
     assert top(loaded, query) == top(model, query)
     assert len(server.embedding_requests) == requests  # the request's vector was cached
+    assert loaded.encoder is loaded.encoder_  # a refit uses the model given, not its id
+    refit = loaded.fit(demos, tools)
+    assert top(refit, query) == top(model, query)
+    assert len(server.embedding_requests) == requests
 
 
 def test_cli_names_the_python_keyword_for_an_object_encoder(

@@ -193,6 +193,9 @@ def _restore(
     check_saved_values(saved, len(fit_tools))
     retriever.end_rate_ = float(manifest.get("end_rate", 0.0))
     retriever.encoder_ = _restore_encoder(manifest, arrays, encoder, allow_encoder_change, where)
+    enc = retriever.encoder_
+    if enc is not None and "encoder" in accepted and needs_encoder_object(enc):
+        retriever.encoder = enc  # a refit uses the object given, not the id that names it
     retriever.tool_embeddings_ = arrays.get("tool_embeddings")
     retriever._set_parts(parts)
     retriever.zero_shot_ = manifest.get("zero_shot") is True

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cachetools import LRUCache
+
 from dtdr_agents.foundation.encoders.base import (
     Encoder,
     EncoderWrapper,
@@ -80,7 +82,8 @@ def get_encoder(spec: EncoderSpec = None, *, cache_dir: str | Path | None = None
     return _SHARED[key]
 
 
-_SHARED_MODELS: dict[tuple[int, str | None], tuple[object, CallableEncoder]] = {}
+_SHARED_MODELS: LRUCache[tuple[int, str | None], tuple[object, CallableEncoder]] = LRUCache(32)
+"""The encoders of the 32 embedding model objects used last (each entry holds its model)."""
 
 
 def _shared_model_encoder(model: EmbeddingModel, cache_dir: str | Path | None) -> CallableEncoder:
