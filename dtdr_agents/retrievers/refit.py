@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dtdr_agents.foundation.types import Toolset
 from dtdr_agents.retrievers.registry import make_retriever
 from dtdr_agents.retrievers.saving import load_retriever
-from dtdr_agents.store import RunStore, Version, publish
-from dtdr_agents.store.publishing import DEFAULT_KEEP
+from dtdr_agents.store.publishing import DEFAULT_KEEP, Version, publish
+
+if TYPE_CHECKING:
+    from dtdr_agents.foundation.types import Toolset
 
 
 def refit_and_publish(
@@ -39,6 +40,8 @@ def refit_and_publish(
     Returns:
         The published version and the number of runs it was fitted on.
     """
+    from dtdr_agents.store.runs import RunStore  # SQLAlchemy: only when a refit runs
+
     with RunStore(store) as runs:
         data = runs.dataset(tools, exclude_failures=not include_failures)
     model = make_retriever(retriever, **params).fit(data.demos, data.tools)

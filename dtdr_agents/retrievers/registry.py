@@ -1,9 +1,13 @@
 """The one registry of retriever ids.
 
 A `ToolRetriever` subclass with a non-empty `retriever_id` registers itself when its module is
-imported (`ToolRetriever.__init_subclass__` calls `register`); `dtdr_agents.retrievers` imports
-every module of its package, so adding a retriever is one new file there. Third-party packages
-register theirs through the entry-point group `dtdr_agents.retrievers`.
+imported (`ToolRetriever.__init_subclass__` calls `register`). The built-in retriever modules
+are imported when an id or a class name is first asked for, not when the package is imported:
+`BUILT_IN` tells which module defines each class and the ids it registers, and a test checks
+it against what every module of the package registers. Adding a retriever is one new file and
+its line in `BUILT_IN`. Listing the ids (`retriever_ids`, `default_bench_ids`, ...) imports
+every built-in module. Third-party packages register theirs through the entry-point group
+`dtdr_agents.retrievers`.
 
 Ids:
     * a plain id (`"dtdr-c"`) or a named variant (`"dtdr-l-s"`: a class's preset parameters);
@@ -11,16 +15,18 @@ Ids:
       the class of `outer` has `composite = True` and takes the retriever built from `inner`
       as its `base` parameter.
 
-This module imports nothing from the retriever modules, so it is free of import cycles.
+This module imports nothing from the retriever modules at import time, so it is free of
+import cycles.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import threading
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -28,6 +34,28 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = "dtdr_agents.retrievers"
 """Entry-point group through which other packages register retriever classes."""
+
+BUILT_IN: Mapping[str, tuple[str, tuple[str, ...]]] = {
+    "RandomRetriever": ("random_baseline", ("random",)),
+    "BM25Retriever": ("bm25", ("bm25",)),
+    "QTSRetriever": ("similarity", ("qts",)),
+    "ToolGraphRetriever": ("tgr", ("tgr",)),
+    "LessIsMoreRetriever": ("lim", ("lim",)),
+    "DTDRC": ("dtdr_c", ("dtdr-c", "dtdr-c-paper")),
+    "StaticDR": ("dtdr_c", ("dr",)),
+    "DTDRL": ("linear", ("dtdr-l", "dtdr-l-s")),
+    "StaticLR": ("linear", ("lr",)),
+    "GraphToolCallRetriever": ("peer", ("peer-gtc",)),
+    "HybridRetriever": ("hybrid", ("hybrid",)),
+    "PTRRecommender": ("ptr", ("ptr",)),
+    "ToolQPRetriever": ("toolqp", ("toolqp",)),
+}
+"""Built-in class name -> (its module in this package, the ids it registers: its own id, then
+its variants), in registration order (the order `dtdr-agents bench` runs its defaults in).
+`tests/test_registry_table.py` checks it against the classes; each class keeps its own ids."""
+
+_CLASS_OF_ID = {rid: name for name, (_, ids) in BUILT_IN.items() for rid in ids}
+_ORDER = {rid: i for i, rid in enumerate(_CLASS_OF_ID)}
 
 
 @dataclass(frozen=True)
@@ -50,6 +78,7 @@ class Entry:
 _BY_ID: dict[str, Entry] = {}
 _BY_CLASS_NAME: dict[str, type[ToolRetriever]] = {}
 _plugins_loaded = False
+_lock = threading.Lock()
 
 
 def register(cls: type[ToolRetriever]) -> None:
@@ -83,9 +112,34 @@ def register(cls: type[ToolRetriever]) -> None:
             f"class name {cls.__name__!r} of {_qualname(cls)} is already registered by "
             f"{_qualname(taken_cls)} (saved models record the class name)"
         )
-    for entry in entries:
-        _BY_ID[entry.id] = entry
-    _BY_CLASS_NAME[cls.__name__] = cls
+    with _lock:
+        for entry in entries:
+            _BY_ID[entry.id] = entry
+        _BY_CLASS_NAME[cls.__name__] = cls
+
+
+def _import_built_in(name: str) -> type[ToolRetriever] | None:
+    """The built-in class `name`, its module imported and the class registered; None if unknown.
+
+    Registering again is a no-op, unless the registry was replaced after the module was first
+    imported (the tests do so), which this keeps working.
+    """
+    where = BUILT_IN.get(name)
+    if where is None:
+        return None
+    cls: type[ToolRetriever] = getattr(importlib.import_module(f"{__package__}.{where[0]}"), name)
+    if _BY_CLASS_NAME.get(name) is not cls:
+        register(cls)
+    return cls
+
+
+def _import_all() -> None:
+    """Import every built-in class; the registry lists the built-in ids in `BUILT_IN` order."""
+    global _BY_ID
+    for name in BUILT_IN:
+        _import_built_in(name)
+    with _lock:
+        _BY_ID = dict(sorted(_BY_ID.items(), key=lambda item: _ORDER.get(item[0], len(_ORDER))))
 
 
 def _qualname(cls: type) -> str:
@@ -97,6 +151,8 @@ def _load_plugins() -> None:
     if _plugins_loaded:
         return
     _plugins_loaded = True
+    from importlib.metadata import entry_points
+
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         try:
             ep.load()  # importing the module registers its classes
@@ -115,6 +171,9 @@ def entry(rid: str) -> Entry:
         ValueError: If the id is unknown; the message lists the known ids.
     """
     found = _BY_ID.get(rid)
+    if found is None and rid in _CLASS_OF_ID:
+        _import_built_in(_CLASS_OF_ID[rid])
+        found = _BY_ID.get(rid)
     if found is None:
         _load_plugins()
         found = _BY_ID.get(rid)
@@ -125,7 +184,7 @@ def entry(rid: str) -> Entry:
 
 def class_by_name(name: str) -> type[ToolRetriever] | None:
     """The registered class with this class name (as recorded in a saved model), or None."""
-    cls = _BY_CLASS_NAME.get(name)
+    cls = _BY_CLASS_NAME.get(name) or _import_built_in(name)
     if cls is None:
         _load_plugins()
         cls = _BY_CLASS_NAME.get(name)
@@ -134,21 +193,25 @@ def class_by_name(name: str) -> type[ToolRetriever] | None:
 
 def registered_classes() -> list[type[ToolRetriever]]:
     """Every registered class, by class name."""
+    _import_all()
     return [_BY_CLASS_NAME[n] for n in sorted(_BY_CLASS_NAME)]
 
 
 def retriever_ids() -> list[str]:
     """Every plain and variant id (composites take a base: see `composite_ids`)."""
+    _import_all()
     return sorted(_BY_ID)
 
 
 def composite_ids() -> list[str]:
     """The composite ids as patterns, e.g. `"toolqp:<base>"`."""
+    _import_all()
     return sorted(f"{e.id}:<base>" for e in _BY_ID.values() if e.cls.composite and not e.preset)
 
 
 def default_bench_ids() -> tuple[str, ...]:
     """Ids `dtdr-agents bench` runs by default, in registration order."""
+    _import_all()
     return tuple(e.id for e in _BY_ID.values() if e.bench_default)
 
 

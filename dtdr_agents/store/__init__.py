@@ -10,8 +10,7 @@ SQLAlchemy or the dataset loaders.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from dtdr_agents.foundation.lazy import lazy_names
 
 _WHERE = {
     "DEFAULT_URL": "runs",
@@ -35,13 +34,9 @@ _WHERE = {
     "StoreError": "errors",
 }
 
+"""Public name -> its module in this package."""
 
-def __getattr__(name: str) -> Any:
-    """Load `name` from its module on first use."""
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dtdr_agents.store' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"dtdr_agents.store.{module}"), name)
+__getattr__, __dir__ = lazy_names(__name__, {n: f"{__name__}.{m}" for n, m in _WHERE.items()})
 
 
 __all__ = sorted(_WHERE)
