@@ -187,6 +187,19 @@ def test_cli_names_the_python_keyword_for_an_object_encoder(
     assert "loads in Python only" in message
 
 
+def test_langchain_retriever_takes_the_embeddings(
+    server: OpenAIChatServer, data: tuple[list[Demonstration], Toolset]
+) -> None:
+    from langchain_dtdr import DTDRRetriever
+
+    demos, tools = data
+    emb = openai_embeddings(server)
+    lc = DTDRRetriever.from_demonstrations(demos, tools, retriever="dtdr-c", encoder=emb, k=3)
+    docs = lc.invoke(demos[0].query)
+    core = make_retriever("dtdr-c", encoder=emb).fit(demos, tools)
+    assert [d.metadata["name"] for d in docs] == top(core, demos[0].query)
+
+
 # ------------------------------------------------------------------------ plain callable
 
 
