@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -65,12 +66,12 @@ def dtdrc(tmp_path: Path) -> tuple[ToolRetriever, Path]:
 
 @asynccontextmanager
 async def proxy(
-    tmp_path: Path, retriever: ToolRetriever, name: str
+    tmp_path: Path, retriever: ToolRetriever, name: str, *flags: str
 ) -> AsyncIterator[ClientSession]:
     """A client of the proxy (in this process) over the real upstream server."""
     tools_file = tmp_path / "tools.json"
     tools_file.write_text(json.dumps(TOOLS), encoding="utf-8")
-    argv = [sys.executable, str(UPSTREAM), "--tools", str(tools_file)]
+    argv = [sys.executable, str(UPSTREAM), "--tools", str(tools_file), *flags]
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "PYTHONPATH")}
     config = ProxyConfig(k=2, timeout=BOUND)
     serve = partial(serve_proxy, retriever, argv, config=config, env=env, model_name=name)
@@ -162,3 +163,28 @@ async def test_an_error_that_is_not_ours_is_shown_once_with_its_traceback(
                     await client.call_tool("search_tools", {"query": "weather"})
     err = capfd.readouterr().err
     assert tracebacks(caplog, err) == 1, err
+
+
+async def test_a_ranking_that_fails_after_an_upstream_change_refuses_the_model(
+    tmp_path: Path, dtdrc: tuple[ToolRetriever, Path]
+) -> None:
+    """Re-ranking after the upstream's tools changed fails: the model is refused, not the
+    upstream (whose new list is fine)."""
+    model, folder = dtdrc
+    swapped = tmp_path / "swapped.json"
+    swapped.write_text(json.dumps(TOOLS[:2]), encoding="utf-8")
+    flag = tmp_path / "swap-now"
+    swap = ("--swap-tools", str(swapped), "--swap-when", str(flag))
+    with anyio.fail_after(BOUND):
+        async with proxy(tmp_path, model, str(folder), *swap) as client:
+            await client.call_tool("set_task", {"request": "weather in Oslo then search"})
+            corrupt(model)
+            flag.write_text("now", encoding="utf-8")
+            message = ""
+            while not message:  # the proxy follows the change in the background
+                try:
+                    await client.list_tools()
+                except MCPError as exc:
+                    message = exc.error.message
+                await anyio.sleep(0.05)
+            assert re.search(REFUSED + r"\w+Error: .*not finite", message), message

@@ -19,7 +19,9 @@ upstream that fails to start, dies, answers too slowly or lists duplicate tool n
 reported to the client as an MCP error naming the cause; every upstream request has a
 time-out. When the upstream sends ``notifications/tools/list_changed``, the proxy lists its
 tools again, retargets the retriever (`ToolRetriever.set_tools`) and the session, and tells
-every client whose list changed; dropped tools are no longer listed or callable.
+every client whose list changed; dropped tools are no longer listed or callable. A model that
+fails to rank is refused, with the reason told once (`mcp_dtdr.refusal`). The upstream
+process ends with the proxy on every exit path (`mcp_dtdr.upstream`, `mcp_dtdr.guard`).
 
 A session's state is one immutable snapshot replaced whole by each change, so that a
 ``tools/list`` answered while ``set_task`` runs (the SDK runs requests concurrently) is
@@ -342,10 +344,18 @@ def _build(
         return _catalogue(selector, {t.name: t for t in tools}, catalogue.listed)
 
     def move(sessions: Sequence[ProxySession], new: _Catalogue) -> None:
-        """Re-rank each session's task over the new catalogue (in a worker thread)."""
+        """Re-rank each session's task over the new catalogue (in a worker thread).
+
+        A ranking that fails refuses the model (the next request says why), not the upstream.
+        """
         for session in sessions:
-            if session.state.catalogue is not new:
-                session.use_catalogue(new)
+            if session.state.catalogue is not new and refusal.reason is None:
+                try:
+                    session.use_catalogue(new)
+                except MCPError:
+                    raise
+                except Exception as exc:
+                    refusal.refuse(exc)
 
     async def follow_upstream() -> None:
         nonlocal catalogue

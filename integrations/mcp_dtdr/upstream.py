@@ -72,7 +72,9 @@ class Upstream:
     ) -> Upstream:
         """Start the upstream server, initialize it and list its tools.
 
-        Failures do not raise: they are kept in `error` and reported to the client.
+        Failures do not raise: they are kept in `error` and reported to the client, and the
+        server is ended at once. A started server ends when `stack` closes, and on POSIX
+        also when the proxy is gone (`_guarded`).
         """
         upstream = cls(argv, timeout)
         stack.callback(upstream.changes.close)  # the change stream ends with the connection
