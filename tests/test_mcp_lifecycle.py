@@ -165,3 +165,30 @@ async def test_a_proxy_that_stops_in_process_ends_its_upstream(tmp_path: Path) -
                 assert all(alive(p) for p in pids)
                 tg.cancel_scope.cancel()
     assert await anyio.to_thread.run_sync(survivors, pids) == []
+
+
+async def test_a_command_that_is_not_found_is_reported_before_anything_starts() -> None:
+    from contextlib import AsyncExitStack
+
+    from mcp_dtdr.upstream import Upstream
+
+    async with AsyncExitStack() as stack:
+        upstream = await Upstream.start(stack, ["no-such-mcp-server-here"], timeout=BOUND)
+    assert upstream.session is None
+    assert upstream.error is not None
+    assert "'no-such-mcp-server-here' could not be started" in upstream.error
+    assert "FileNotFoundError" in upstream.error
+
+
+def test_the_guard_says_why_a_command_does_not_start_and_exits_127(tmp_path: Path) -> None:
+    from mcp_dtdr import guard
+
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", guard.__file__, str(os.getpid()), "1", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        check=False,
+    )
+    assert done.returncode == guard.NOT_STARTED
+    assert "cannot start the upstream MCP server" in done.stderr
