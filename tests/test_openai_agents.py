@@ -166,3 +166,21 @@ async def test_an_mcp_server_filtered_by_the_selection(demo: DemoSetup, tmp_path
         await selection.run(agent, d.query, run_config=NO_TRACING)
     assert len(model.offered) >= 2
     assert model.offered == _expected(demo, d.query, d.calls, len(model.offered), 3)
+
+
+async def test_a_streamed_run_on_loopback(demo: DemoSetup, server: OpenAIChatServer) -> None:
+    from agents import Runner
+
+    client = AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+    model = OpenAIChatCompletionsModel(model="plan-follower", openai_client=client)
+    selection = DTDRToolSelection(demo.retriever, k=3)
+    agent = selection.agent(Agent(name="a", model=model, tools=agents_tools(demo.tools)))
+    d = next(d for d in demo.test if len(d.calls) >= 2)
+    run = selection.context(d.query)
+    result = Runner.run_streamed(agent, d.query, context=run, run_config=NO_TRACING)
+    async for _ in result.stream_events():
+        pass
+    sent = [tool_names(body) for body in server.requests]
+    assert len(sent) >= 2 and all(body.get("stream") for body in server.requests)
+    assert sent == _expected(demo, d.query, d.calls, len(sent), 3)
+    assert [s.bound for s in run.steps] == [tuple(s) for s in sent]
