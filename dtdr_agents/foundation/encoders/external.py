@@ -131,7 +131,7 @@ class _ModelCall:
     def _fail(self, problem: str) -> EncoderOutputError:
         return EncoderOutputError(
             f"encoder {self._id!r} ({self.kind} {type(self.model).__name__}): the embedding "
-            f"model {problem}; nothing was cached or saved"
+            f"model {problem}; nothing of this call was cached"
         )
 
     def _check(self, texts: list[str], out: Any) -> np.ndarray:
@@ -151,10 +151,14 @@ class _ModelCall:
                 raise self._fail(f"returned an array of shape {row.shape} for the text {text!r}")
             if want is None:
                 want = row.size
+            if row.size != want and self._declared:
+                raise self._fail(
+                    f"returned {row.size} values for the text {text!r}, not its declared dim {want}"
+                )
             if row.size != want:
                 raise self._fail(
                     f"returned vectors of varying size: {row.size} values for the text "
-                    f"{text!r}, {want} before" + (" (its declared dim)" if self._declared else "")
+                    f"{text!r}, {want} before"
                 )
             if not np.isfinite(row).all():
                 raise self._fail(f"returned NaN or infinite values for the text {text!r}")
