@@ -30,7 +30,7 @@ from test_store import pg_url, url  # noqa: F401  # the store fixtures (SQLite, 
 
 from dtdr_agents.cli import main as cli_main
 from dtdr_agents.foundation.types import Demonstration
-from dtdr_agents.store import SessionState, SessionStore, schema, store_url
+from dtdr_agents.store import SessionState, SessionStore, StoreError, schema, store_url
 from dtdr_agents.store.sessions import MAX_ANSWER_CHARS, MAX_ANSWERS, Answer
 
 model = mcp_common.model  # the module-scoped fixtures
@@ -99,6 +99,18 @@ def test_a_version_2_store_upgrades_in_place_to_keep_answers(url: str) -> None: 
         assert store.load("old") == SessionState("weather", ("geocode",), ())
         store.save("k", SessionState("r", ("geocode",), (), (answer(1),)))
         assert store.load("k") == SessionState("r", ("geocode",), (), (answer(1),))
+
+
+def test_a_malformed_answers_entry_is_a_store_error_naming_the_session(url: str) -> None:  # noqa: F811
+    with SessionStore(url) as store:
+        store.save("bad", SessionState("r", (), (), (answer(1),)))
+        with store.engine.begin() as conn:
+            conn.execute(
+                text("UPDATE dtdr_sessions SET answers = :a WHERE key = 'bad'"),
+                {"a": '[[true, "c", null, 0]]'},
+            )
+        with pytest.raises(StoreError, match=r"session 'bad' in dtdr_sessions is malformed"):
+            store.load("bad")
 
 
 # ------------------------------------------------------------------------------ the proxy

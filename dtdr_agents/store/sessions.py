@@ -1,6 +1,6 @@
 """Session state in the run store, so that replicas of the MCP proxy share nothing else.
 
-`SessionStore(url)` keeps one row per session key in ``dtdr_sessions`` (schema version 2,
+`SessionStore(url)` keeps one row per session key in ``dtdr_sessions`` (schema version 2 on,
 `dtdr_agents.store.schema`): the session's request, the tools it called and the tools its
 last search found, as JSON (never pickled), with the time of the last write; from version 3
 also the answers to its last forwarded calls (`Answer`), so that a client retrying a call
@@ -218,8 +218,14 @@ class SessionStore:
                 ).first()
             if row is None:
                 return None
-            answers = tuple(Answer(*a) for a in row.answers or ())
-            return SessionState(row.request, tuple(row.history), tuple(row.found), answers)
+            try:
+                answers = tuple(Answer(*a) for a in row.answers or ())
+                return SessionState(row.request, tuple(row.history), tuple(row.found), answers)
+            except (TypeError, ValueError) as exc:
+                raise StoreError(
+                    f"session store {self.where}: the row of session {key!r} in dtdr_sessions "
+                    f"is malformed: {exc}"
+                ) from None
 
         return self._run(f"load session {key!r}", work)
 
