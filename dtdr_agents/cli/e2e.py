@@ -73,11 +73,56 @@ def _check_replay(args: argparse.Namespace) -> None:
         raise CLIError("--replay reads every answer from the step cache: drop --no-step-cache")
 
 
+def _check_cache_only(args: argparse.Namespace) -> str | None:
+    """The cache-only action asked for (--check-prompts, --record-prompts), its options checked."""
+    flags = [
+        f
+        for f, on in (
+            ("--check-prompts", args.check_prompts),
+            ("--record-prompts", args.record_prompts),
+        )
+        if on
+    ]
+    if not flags:
+        return None
+    if len(flags) > 1 or args.replay or args.dry_run or args.base_url:
+        raise CLIError(
+            f"{flags[0]} reads the step cache and sends nothing: use it without --replay, "
+            "--dry-run, --base-url or the other of --check-prompts and --record-prompts"
+        )
+    if not args.model or args.no_step_cache:
+        raise CLIError(
+            f"{flags[0]} needs --model and the step cache the run wrote (its keys hold both)"
+        )
+    return flags[0]
+
+
+def _cache_only(action: str, plan: Any, cache: Any, model: str) -> int:
+    """Run --check-prompts (exit 1 when a prompt changed or has no answer) or --record-prompts."""
+    from dtdr_agents.evaluation.e2e.harness import (
+        check_prompts,
+        format_prompt_check,
+        record_prompts,
+    )
+
+    if action == "--record-prompts":
+        n = record_prompts(plan, cache, model)
+        print(
+            f"step cache {cache.path}: recorded the prompt of {n} older row(s) whose key "
+            "this commit rebuilds"
+        )
+        return 0
+    check = check_prompts(plan, cache, model)
+    print(format_prompt_check(check))
+    return 1 if check["changed"] or check["missing"] else 0
+
+
 def cmd_e2e(args: argparse.Namespace) -> int:
-    """Run (or dry-run, or replay from the step cache) the end-to-end evaluation."""
+    """Run (or dry-run, or replay from the step cache, or check its prompts) the evaluation."""
+    cache_only = _check_cache_only(args)
     if args.replay:
         _check_replay(args)
-    elif not args.dry_run and not args.base_url:
+    elif not args.dry_run and not args.base_url and not cache_only:
         raise CLIError(NEEDS_ENDPOINT)
     if args.base_url and not args.model:
         raise CLIError("--model is required with --base-url (the model name the server serves)")
@@ -140,7 +185,7 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     chat: Any = None
     if args.replay:
         chat = ReplayChat(args.model)
-    elif not args.dry_run:
+    elif not args.dry_run and not cache_only:
         from dtdr_agents.foundation.chat import OpenAIChat
         from dtdr_agents.foundation.retry import RetryPolicy
 
@@ -181,6 +226,9 @@ def cmd_e2e(args: argparse.Namespace) -> int:
             f"step cache {cache_path}: skipped {cache.skipped_lines} unreadable line(s)",
             file=sys.stderr,
         )
+    if cache_only:
+        assert cache is not None  # _check_cache_only refused --no-step-cache
+        return _cache_only(cache_only, plan, cache, args.model)
     if chat is None:
         report = dry_run_report(plan, model=args.model, cache=cache)
     else:
@@ -202,6 +250,13 @@ def cmd_e2e(args: argparse.Namespace) -> int:
             )
         except (ImportError, StepNotCachedError, EndpointUnreachableError) as exc:
             raise CLIError(str(exc)) from exc  # ImportError: the openai package is an extra
+        if report.get("replayed_changed_prompts"):
+            print(
+                f"replay: {report['replayed_changed_prompts']} step(s) answered a prompt that "
+                "differs from this commit's (the recorded prompt is used; --check-prompts "
+                "lists them)",
+                file=sys.stderr,
+            )
     report["test_limit"] = args.test_limit
     report["test_sample"] = args.test_sample
     report["provenance"] = origin
@@ -288,7 +343,23 @@ def add_commands(sub: Any) -> None:
         "--replay",
         action="store_true",
         help="no endpoint: every answer comes from the step cache (--model names the cached "
-        "model); the first step missing from it is an error naming it",
+        "model), each step's for the prompt the cache recorded there (bound tools, mode text), "
+        "even where this commit's retrievers give another; the first step missing from it is "
+        "an error naming it",
+    )
+    e2e.add_argument(
+        "--check-prompts",
+        action="store_true",
+        help="no endpoint: count the steps whose prompt at this commit differs from the one "
+        "the step cache answered (a --replay uses the recorded one) or has no answer; exit 1 "
+        "when any does",
+    )
+    e2e.add_argument(
+        "--record-prompts",
+        action="store_true",
+        help="no endpoint: add the prompt (bound tools, mode text) to step-cache rows written "
+        "before rows recorded it, where this commit builds the prompt of their key; the "
+        "others are left as they are",
     )
     e2e.add_argument(
         "--on-unreachable",

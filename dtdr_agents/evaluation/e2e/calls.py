@@ -111,6 +111,7 @@ def _row(req: StepRequest, model: str, key: str) -> dict[str, Any]:
         "prompt_tokens": req.prompt_tokens,
         "variable_tokens": req.variable_tokens,
         "tool_tokens": req.tool_tokens,
+        **req.recorded(),  # the prompt answered, for a replay elsewhere (RECORDED_FIELDS)
     }
 
 

@@ -5,6 +5,11 @@ every request; `dry_run_report` counts them and their prompt tokens without any 
 `run_e2e` sends them (`dtdr_agents.evaluation.e2e.calls`: a concurrency limit, retries and a
 per-request time-out through `OpenAIChat`), caches each answered step in an append-only JSONL
 file so an interrupted run resumes, and aggregates the metrics per (retriever, mode).
+
+A replay (`ReplayChat`) answers each step with the prompt the step cache recorded for it
+(`match_recorded`), so the figures come back even where the retrievers, on another machine,
+give a probability that differs in its third decimal; `check_prompts` counts the steps whose
+prompt at this commit is not the one recorded.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import asyncio
 import copy
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, Unpack
@@ -31,6 +37,7 @@ from dtdr_agents.evaluation.e2e.calls import (
 from dtdr_agents.evaluation.e2e.metrics import summarize
 from dtdr_agents.evaluation.e2e.protocol import (
     NO_RETRIEVER,
+    RECORDED_FIELDS,
     ProtocolBuilder,
     StepRequest,
     cells,
@@ -57,6 +64,9 @@ REPORT_KIND = "e2e"
 
 MAX_LISTED_PROMPTS = 10
 """Parameter-filling prompts a dry-run report shows in full (all are listed by step)."""
+
+PROMPT_CHECK_EXAMPLES = 5
+"""Steps `check_prompts` describes, of those whose prompt changed or has no answer."""
 
 
 @dataclass
@@ -372,6 +382,188 @@ def _argument_listing(plan: E2EPlan, model: str | None, cache: StepCache | None)
     }
 
 
+@dataclass(frozen=True)
+class RecordedMatch:
+    """A request of a run, and the request whose answer the step cache holds for its step.
+
+    Attributes:
+        head: The request as this commit builds it.
+        answered: `head` itself when the cache holds the answer to its prompt; the prompt
+            the cache recorded for the step when that differs (rebuilt from its
+            `RECORDED_FIELDS`, checked against its key); None when the step has no answer.
+    """
+
+    head: StepRequest
+    answered: StepRequest | None
+
+    @property
+    def status(self) -> str:
+        """``"same"``, ``"changed"`` (another prompt was answered) or ``"missing"``."""
+        if self.answered is None:
+            return "missing"
+        return "same" if self.answered is self.head else "changed"
+
+
+def match_recorded(plan: E2EPlan, cache: StepCache, model: str) -> list[RecordedMatch]:
+    """Each request of `plan` with the request the step cache answered at its step.
+
+    A row answers a step when its key is the step's request's, or when the prompt it records
+    (bound tools and mode text, on the step's frame) rebuilds its own key: the frame (the
+    instructions, the example, the request, the calls so far) is then unchanged and only the
+    retrieval differs, such as a probability in its third decimal on another machine. Of
+    several such rows the last written wins. Rows from before prompts were recorded match by
+    key only.
+
+    Args:
+        plan: The run (its requests as this commit builds them).
+        cache: The step cache.
+        model: The model name the answers were cached under.
+    """
+    recorded: dict[tuple[str, str, int, int], list[Mapping[str, Any]]] = {}
+    for row in cache.rows():
+        if row.get("model") == model and all(f in row for f in RECORDED_FIELDS):
+            ident = (str(row["retriever"]), str(row["mode"]), int(row["plan"]), int(row["step"]))
+            recorded.setdefault(ident, []).append(row)
+    out: list[RecordedMatch] = []
+    for req in plan.requests:
+        if step_key(model, req.retriever, req.mode, req.fingerprint) in cache:
+            out.append(RecordedMatch(req, req))
+            continue
+        answered = None
+        for row in reversed(
+            recorded.get((req.retriever, req.mode, req.step.plan, req.step.step), [])
+        ):
+            rebuilt = plan.builder.recorded_request(req, row)
+            if rebuilt is not None and row["key"] == step_key(
+                model, req.retriever, req.mode, rebuilt.fingerprint
+            ):
+                answered = rebuilt
+                break
+        out.append(RecordedMatch(req, answered))
+    return out
+
+
+def _first_difference(a: str, b: str) -> tuple[str, str]:
+    """The first line where `a` and `b` differ (each side's), or ("", "")."""
+    for x, y in zip([*a.splitlines(), ""], [*b.splitlines(), ""], strict=False):
+        if x != y:
+            return x, y
+    return "", ""
+
+
+def check_prompts(
+    plan: E2EPlan, cache: StepCache, model: str, *, examples: int = PROMPT_CHECK_EXAMPLES
+) -> dict[str, Any]:
+    """How many steps' prompts at this commit differ from those the step cache answered.
+
+    Args:
+        plan: The run (its requests as this commit builds them).
+        cache: The step cache.
+        model: The model name the answers were cached under.
+        examples: Steps to describe (changed or missing ones, in the run's order).
+
+    Returns:
+        ``n_steps``, ``same``, ``changed`` (the cache answered another prompt at the step: a
+        replay uses that one), ``missing`` (no answer: a replay stops there), per-cell
+        counts in ``cells``, and ``examples`` (the step, its status and, when changed, the
+        tools bound only at this commit or only in the record and the first line of the
+        mode text that differs).
+    """
+    matches = match_recorded(plan, cache, model)
+    per_cell: dict[tuple[str, str], Counter[str]] = {p: Counter() for p in plan.cells}
+    described: list[dict[str, Any]] = []
+    for m in matches:
+        per_cell.setdefault((m.head.retriever, m.head.mode), Counter())[m.status] += 1
+        if m.status == "same" or len(described) >= examples:
+            continue
+        entry: dict[str, Any] = {
+            "retriever": m.head.retriever,
+            "mode": m.head.mode,
+            "plan": m.head.step.plan,
+            "step": m.head.step.step,
+            "status": m.status,
+        }
+        if m.answered is not None:
+            head_text, recorded_text = _first_difference(m.head.text, m.answered.text)
+            entry.update(
+                bound_at_head_only=sorted(set(m.head.bound) - set(m.answered.bound)),
+                bound_recorded_only=sorted(set(m.answered.bound) - set(m.head.bound)),
+                text_at_head=head_text,
+                text_recorded=recorded_text,
+            )
+        described.append(entry)
+    totals = Counter(m.status for m in matches)
+    return {
+        "model": model,
+        "step_cache": str(cache.path),
+        "n_steps": len(matches),
+        "same": totals["same"],
+        "changed": totals["changed"],
+        "missing": totals["missing"],
+        "cells": [
+            {
+                "retriever": r,
+                "mode": mode,
+                "n_steps": sum(c.values()),
+                **{s: c[s] for s in ("same", "changed", "missing")},
+            }
+            for (r, mode), c in per_cell.items()
+        ],
+        "examples": described,
+    }
+
+
+def format_prompt_check(check: Mapping[str, Any]) -> str:
+    """`check_prompts`'s result as a Markdown table, a summary line and its examples."""
+    lines = [
+        f"Prompts at this commit against the step cache {check['step_cache']} "
+        f"(model {check['model']}):",
+        "",
+        "| retriever | mode | steps | same | changed | missing |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for c in check["cells"]:
+        lines.append(
+            f"| {c['retriever']} | {c['mode']} | {c['n_steps']} | {c['same']} | "
+            f"{c['changed']} | {c['missing']} |"
+        )
+    lines += [
+        "",
+        f"{check['changed']} of {check['n_steps']} steps' prompts would change at this commit "
+        "(a --replay uses the recorded ones); "
+        f"{check['missing']} have no recorded answer (a --replay stops at the first).",
+    ]
+    for e in check["examples"]:
+        where = f"- {e['retriever']}/{e['mode']} plan {e['plan']} step {e['step']}: {e['status']}"
+        if e["status"] == "changed":
+            where += (
+                f"; bound only now {e['bound_at_head_only']}, only recorded "
+                f"{e['bound_recorded_only']}; text now {e['text_at_head']!r}, recorded "
+                f"{e['text_recorded']!r}"
+            )
+        lines.append(where)
+    return "\n".join(lines)
+
+
+def record_prompts(plan: E2EPlan, cache: StepCache, model: str) -> int:
+    """Add the prompt (`RECORDED_FIELDS`) to older cached rows that record only its key.
+
+    Only rows whose key is the key of a request this commit builds gain it (that request's
+    prompt is then, by its hash, the one answered); the others are left as they are. No
+    figure changes: no answer, size or latency is touched.
+
+    Returns:
+        The rows that gained the fields.
+    """
+    fields: dict[str, dict[str, Any]] = {}
+    for req in plan.requests:
+        key = step_key(model, req.retriever, req.mode, req.fingerprint)
+        row = cache.get(key)
+        if row is not None and not all(f in row for f in RECORDED_FIELDS):
+            fields[key] = req.recorded()
+    return cache.add_fields(fields) if fields else 0
+
+
 async def arun_e2e(
     plan: E2EPlan,
     chat: OpenAIChat | ReplayChat,
@@ -391,6 +583,11 @@ async def arun_e2e(
     kwargs: dict[str, Any] = {}
     if tool_choice is not None:
         kwargs["tool_choice"] = tool_choice
+    replayed: Counter[str] | None = None
+    if isinstance(chat, ReplayChat) and cache is not None:  # the prompts the cache answered
+        matches = match_recorded(plan, cache, chat.model)
+        replayed = Counter(m.status for m in matches)
+        plan = dataclasses.replace(plan, requests=[m.answered or m.head for m in matches])
     rows, cached, arg_calls, arg_cached = await run_requests(
         plan,
         chat,
@@ -404,6 +601,8 @@ async def arun_e2e(
     report = _base_report(plan, model=chat.model, dry_run=False)
     report["base_url"] = chat.base_url
     report["replay"] = isinstance(chat, ReplayChat)
+    if replayed is not None:  # steps whose recorded prompt differs from this commit's
+        report["replayed_changed_prompts"] = replayed["changed"]
     report["tool_choice"] = tool_choice
     report["results"] = summarize_cells(rows, plan.cells)
     _add_intervals(report, plan, rows, n_boot)
@@ -526,15 +725,21 @@ def summarize_cells(
 
 __all__ = [
     "ARGUMENTS_CELL",
+    "PROMPT_CHECK_EXAMPLES",
     "REPORT_KIND",
     "E2EPlan",
     "EndpointUnreachableError",
+    "RecordedMatch",
     "ReplayChat",
     "StepNotCachedError",
     "arun_e2e",
+    "check_prompts",
     "dry_run_report",
     "error_type",
+    "format_prompt_check",
+    "match_recorded",
     "prepare_e2e",
+    "record_prompts",
     "run_e2e",
     "summarize_cells",
 ]

@@ -28,6 +28,7 @@ selected that function at that step.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import random
@@ -97,7 +98,20 @@ ARGUMENT_INSTRUCTIONS = (
 )
 """System message of a parameter-filling request (``{name}`` is the function)."""
 
+RECORDED_FIELDS = ("bound", "preferred", "prompt_text")
+"""What a step-cache row records of the prompt it answered, beyond its key (`StepRequest.recorded`).
+
+With the step's frame (instructions, example, request, calls so far: no float in it), these
+rebuild that prompt exactly, so a replay needs no retriever to give the same probabilities
+to 3 decimals again (`ProtocolBuilder.recorded_request`)."""
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def prompt_fingerprint(messages: Sequence[Mapping[str, Any]], tools: Sequence[Any]) -> str:
+    """SHA-256 of a request's messages and tools: the content part of its step-cache key."""
+    body = {"messages": list(messages), "tools": list(tools)}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def api_names(names: Sequence[str], reserved: Sequence[str] = (END_TOOL,)) -> dict[str, str]:
@@ -211,6 +225,8 @@ class StepRequest:
             when every tool is bound, the tool schemas.
         tool_tokens: Tokens of the bound tools' schemas.
         fingerprint: SHA-256 of the messages and tools (part of the step cache key).
+        text: The mode's text closing the system message (the retrieved tools, with their
+            probabilities in the weighted modes, or the raw demonstrations; "" for none).
     """
 
     retriever: str
@@ -224,6 +240,15 @@ class StepRequest:
     variable_tokens: int = 0
     tool_tokens: int = 0
     fingerprint: str = field(default="", compare=False)
+    text: str = ""
+
+    def recorded(self) -> dict[str, Any]:
+        """The `RECORDED_FIELDS` of this request, as a step-cache row keeps them."""
+        return {
+            "bound": list(self.bound),
+            "preferred": list(self.preferred),
+            "prompt_text": self.text,
+        }
 
 
 def _call_messages(call_id: str, name: str, arguments: str, result: str) -> list[dict[str, Any]]:
@@ -417,9 +442,7 @@ class ProtocolBuilder:
             arguments = recorded.json if recorded else "{}"
             messages.extend(_call_messages(f"call_{n}", name, arguments, result))
         tools = [schema]
-        fingerprint = hashlib.sha256(
-            json.dumps({"messages": messages, "tools": tools}, sort_keys=True).encode()
-        ).hexdigest()
+        fingerprint = prompt_fingerprint(messages, tools)
         tokens = self.counter.count(json.dumps(messages, ensure_ascii=False))
         return ArgumentRequest(
             step=step,
@@ -493,9 +516,6 @@ class ProtocolBuilder:
         constant = self._prefix_tokens[step.plan]
         if len(bound) == len(self.schemas):  # every tool bound: the schemas never change
             constant += tool_tokens
-        fingerprint = hashlib.sha256(
-            json.dumps({"messages": messages, "tools": tools}, sort_keys=True).encode()
-        ).hexdigest()
         return StepRequest(
             retriever=retriever_id,
             mode=mode,
@@ -507,7 +527,49 @@ class ProtocolBuilder:
             prompt_tokens=text_tokens + tool_tokens,
             variable_tokens=max(0, text_tokens + tool_tokens - constant),
             tool_tokens=tool_tokens,
-            fingerprint=fingerprint,
+            fingerprint=prompt_fingerprint(messages, tools),
+            text=extra,
+        )
+
+    def recorded_request(self, req: StepRequest, row: Mapping[str, Any]) -> StepRequest | None:
+        """`req` with the bound tools and mode text a step-cache row recorded (`RECORDED_FIELDS`).
+
+        The step's frame (instructions, example, request, calls so far) is `req`'s; the
+        prompt sizes are the row's (what was sent). Whether the result is the prompt the row
+        answered is for its key to say: `fingerprint` is that prompt's only when the frame
+        has not changed since.
+
+        Returns:
+            The request, or None when the row records no prompt (an older row) or a bound
+            tool this catalogue does not have.
+        """
+        try:
+            bound = tuple(str(n) for n in row["bound"])
+            preferred = tuple(str(n) for n in row["preferred"])
+            text = row["prompt_text"]
+            tools = [self.schemas[n] for n in bound]
+        except (KeyError, TypeError):
+            return None
+        if not isinstance(text, str) or not req.messages:
+            return None
+        system = dict(req.messages[0])
+        content = str(system["content"])
+        old = f"\n\n{req.text}" if req.text else ""
+        if not content.endswith(old):
+            return None
+        system["content"] = content[: len(content) - len(old)] + (f"\n\n{text}" if text else "")
+        messages = [system, *req.messages[1:]]
+        return dataclasses.replace(
+            req,
+            messages=messages,
+            tools=tools,
+            bound=bound,
+            preferred=preferred,
+            prompt_tokens=int(row.get("prompt_tokens") or 0),
+            variable_tokens=int(row.get("variable_tokens") or 0),
+            tool_tokens=int(row.get("tool_tokens") or 0),
+            fingerprint=prompt_fingerprint(messages, tools),
+            text=text,
         )
 
     def retrieve(
@@ -555,6 +617,7 @@ __all__ = [
     "END_TOOL",
     "MAX_RAW_DEMOS",
     "NO_RETRIEVER",
+    "RECORDED_FIELDS",
     "ZERO_DEMOS",
     "ArgumentRequest",
     "E2EStep",
@@ -562,5 +625,6 @@ __all__ = [
     "StepRequest",
     "api_names",
     "cells",
+    "prompt_fingerprint",
     "split_spec",
 ]
