@@ -6,6 +6,7 @@ The LangChain case runs `langchain_openai.OpenAIEmbeddings` against the loopback
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import sqlite3
@@ -134,6 +135,18 @@ def test_vectors_are_the_servers_normalised(server: OpenAIChatServer) -> None:
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
     assert out.dtype == np.float32 and out.shape == (2, 64) and encoder.dim == 64
     np.testing.assert_allclose(out, expected, atol=1e-6)
+
+
+def test_server_answers_float_and_base64(server: OpenAIChatServer) -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+    for fmt in ("float", "base64"):
+        reply = client.embeddings.create(input=["open a file"], model=MODEL, encoding_format=fmt)
+        data = reply.data[0].embedding
+        got = np.frombuffer(base64.b64decode(data), "<f4") if fmt == "base64" else data
+        np.testing.assert_allclose(got, hashed_bow("open a file"), atol=1e-6)
+    assert [b["encoding_format"] for b in server.embedding_requests] == ["float", "base64"]
 
 
 def test_batch_size_bounds_each_request(
