@@ -6,6 +6,7 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -59,13 +60,40 @@ class TfidfEncoder:
             return self.dim_requested
         return int(self.components_.shape[0])
 
-    def _counts(self, texts: Sequence[str]) -> Any:
-        from sklearn.feature_extraction.text import CountVectorizer
+    def _counts(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The vocabulary's words and word pairs in each text, counted.
 
-        vec = CountVectorizer(
-            vocabulary=self.vocabulary_, ngram_range=(1, 2), token_pattern=r"(?u)\b\w+\b"
+        What scikit-learn's `CountVectorizer(vocabulary=..., ngram_range=(1, 2))` counts,
+        without importing it (loading and ranking a model imports no scikit-learn).
+
+        Returns:
+            The number of distinct terms of each text, then for each text in turn its terms'
+            columns (ascending) and counts.
+        """
+        cached: tuple[int, dict[str, int]] | None = getattr(self, "_column_cache", None)
+        if cached is None or cached[0] != id(self.vocabulary_):
+            cached = (id(self.vocabulary_), {t: j for j, t in enumerate(self.vocabulary_ or [])})
+            self._column_cache = cached
+        column = cached[1]
+        lengths: list[int] = []
+        columns: list[int] = []
+        counts: list[int] = []
+        for text in texts:
+            words = self.words(text)
+            row: dict[int, int] = {}
+            for term in (*words, *map(" ".join, pairwise(words))):
+                j = column.get(term)
+                if j is not None:
+                    row[j] = row.get(j, 0) + 1
+            keys = sorted(row)
+            lengths.append(len(keys))
+            columns.extend(keys)
+            counts.extend(row[j] for j in keys)
+        return (
+            np.asarray(lengths, dtype=np.intp),
+            np.asarray(columns, dtype=np.intp),
+            np.asarray(counts, dtype=np.float32),
         )
-        return vec.transform(list(texts))
 
     def fit(self, texts: Sequence[str]) -> TfidfEncoder:
         """Learn the vocabulary, idf weights and SVD projection from `texts`."""
@@ -97,13 +125,25 @@ class TfidfEncoder:
             raise NotFittedError("TfidfEncoder is not fitted: call fit(texts) first")
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
-        counts = self._counts(texts).astype(np.float32)
-        counts.data = 1.0 + np.log(counts.data)
-        tfidf = counts.multiply(self.idf_[None, :]).tocsr()
-        row_norms = np.sqrt(np.asarray(tfidf.multiply(tfidf).sum(axis=1))).ravel()
-        row_norms[row_norms == 0] = 1.0
-        dense = np.asarray(tfidf @ self.components_.T) / row_norms[:, None]
-        return _normalise(dense)
+        # sublinear tf x idf, each row's norm and its projection, summed in the order and the
+        # float32 precision of the sparse product scikit-learn's vectoriser leads to: the
+        # embeddings are those of the fitted scikit-learn pipeline (tests/test_light_import.py)
+        lengths, columns, counts = self._counts(texts)
+        weights = (1.0 + np.log(counts)) * self.idf_[columns]
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        filled = np.flatnonzero(lengths)
+        norms = np.zeros(len(texts), dtype=np.float32)
+        if len(filled):
+            norms[filled] = np.add.reduceat(weights * weights, starts[filled])
+        norms = np.sqrt(norms)
+        norms[norms == 0] = 1.0
+        rows = np.repeat(np.arange(len(texts)), lengths)
+        position = np.arange(len(columns)) - starts[rows]
+        dense = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for k in range(int(lengths.max())):
+            at = position == k
+            dense[rows[at]] += weights[at][:, None] * self.components_[:, columns[at]].T
+        return _normalise(dense / norms[:, None])
 
     def words(self, text: str) -> list[str]:
         """The words (unigram tokens, lower-cased) the vectoriser reads in `text`."""
