@@ -3,13 +3,14 @@
 The upstream is the real server of tests/mcp_upstream_server.py with ``--ignore-term`` (SIGTERM
 does not end it, as in the issue) and ``--grandchild`` (a process of its own that ignores
 SIGTERM too); it writes both process ids to a file (``--pid-file``), which is how a test looks
-up what the proxy started. A process counts as alive while ``/proc/PID`` exists, is not a
-zombie and still runs the upstream's (or the grandchild's) command line, so a reused process
-id is never mistaken for a survivor. Linux only (``/proc``).
+up what the proxy started. A process counts as alive while it exists (psutil when installed,
+else ``/proc/PID``), is not a zombie and still runs the upstream's (or the grandchild's)
+command line, so a reused process id is never mistaken for a survivor.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,7 +34,15 @@ from mcp.shared.memory import create_client_server_memory_streams
 from dtdr_agents.retrievers import make_retriever
 from mcp_dtdr.proxy import ProxyConfig, serve_proxy
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+try:
+    psutil: Any = importlib.import_module("psutil")
+except ImportError:
+    psutil = None
+
+pytestmark = pytest.mark.skipif(
+    psutil is None and not Path("/proc/self/stat").exists(),
+    reason="needs psutil or /proc to look processes up",
+)
 
 UPSTREAM = Path(__file__).with_name("mcp_upstream_server.py")
 MARKERS = ("mcp_upstream_server.py", "mcp_upstream_grandchild")
@@ -47,6 +57,13 @@ KEEP_ENV = ("PATH", "HOME", "PYTHONPATH")
 
 def alive(pid: int) -> bool:
     """Whether `pid` still runs the upstream (or its grandchild): not gone, not a zombie."""
+    if psutil is not None:
+        try:
+            process = psutil.Process(pid)
+            running = process.status() != psutil.STATUS_ZOMBIE
+            return running and any(m in " ".join(process.cmdline()) for m in MARKERS)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            return False
     try:
         stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
