@@ -6,6 +6,7 @@ import ctypes
 import errno
 import glob
 import os
+import re
 import secrets
 import shutil
 import sys
@@ -62,10 +63,19 @@ def _relative(name: str) -> PurePosixPath:
     return rel
 
 
+_TOKEN_HEX = 8
+"""Hex digits of the random token in the names of a save's own temporary folders."""
+
+
+def _own_name(prefix: str) -> str:
+    """`prefix` + this process's id + a random token: a name only this save uses."""
+    return f"{prefix}{os.getpid()}-{secrets.token_hex(_TOKEN_HEX // 2)}"
+
+
 def _make_dir(parent: Path, prefix: str) -> Path:
     """A new, empty folder whose mode follows the umask (unlike `tempfile.mkdtemp`'s 0700)."""
     for _ in range(100):
-        path = parent / f"{prefix}{os.getpid()}-{secrets.token_hex(4)}"
+        path = parent / _own_name(prefix)
         try:
             os.mkdir(path)
         except FileExistsError:
@@ -91,11 +101,30 @@ def _save_lock(parent: Path) -> Iterator[None]:
 
 
 def _leftovers(parent: Path, name: str) -> list[Path]:
-    return [
+    """Folders beside `name` named as a save names its own (`.NAME.tmp-PID-TOKEN`, `.old-`).
+
+    A save that was killed leaves one. They are listed, never removed: a name alone cannot
+    tell such a folder from one of the user's that happens to look the same.
+    """
+    own = re.compile(rf"\.{re.escape(name)}\.(?:tmp|old)-[0-9]+-[0-9a-f]{{{_TOKEN_HEX}}}")
+    return sorted(
         p
         for p in parent.glob(f".{glob.escape(name)}.*-*")
-        if p.name.startswith((f".{name}.tmp-", f".{name}.old-"))
-    ]
+        if own.fullmatch(p.name) and p.is_dir() and not p.is_symlink()
+    )
+
+
+def _report_leftovers(parent: Path, target: Path) -> None:
+    """Warn about what killed saves may have left beside `target` (removed by nobody)."""
+    found = _leftovers(parent, target.name)
+    if found:
+        names = ", ".join(p.name for p in found)
+        warnings.warn(
+            f"{target}: an interrupted save may have left {names} in {parent}; nothing was "
+            "removed (a save removes only the folders it made itself): remove them yourself "
+            "once you have checked them",
+            stacklevel=3,
+        )
 
 
 def _swap_dirs(new: Path, target: Path) -> bool:
@@ -143,9 +172,18 @@ def check_target(target: Path, replaceable: ReplaceCheck) -> None:
     """Refuse a write that would replace something not ours (`target` from `resolve_target`).
 
     Raises:
-        ForeignFolderError: If `target` is a symbolic link or not a folder, is or holds the
-            current working folder, or exists and `replaceable` gives a reason against it.
+        ForeignFolderError: If `target` is a symbolic link or not a folder, would be made
+            inside a file, is or holds the current working folder, or exists and
+            `replaceable` gives a reason against it.
     """
+    for ancestor in (target.parent, *target.parent.parents):
+        if ancestor.exists():  # the nearest existing one: a folder is made inside it
+            if not ancestor.is_dir():
+                raise ForeignFolderError(
+                    f"{ancestor} is a file, not a folder, so {target} cannot be made inside "
+                    "it; nothing was written"
+                )
+            break
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         raise ForeignFolderError(f"{target} exists and is not a folder; nothing was written")
     if not target.exists():
@@ -176,7 +214,7 @@ def _dispose(old: Path, target: Path, replaceable: ReplaceCheck) -> None:
     if replaceable(old) is None:
         shutil.rmtree(old, ignore_errors=True)
         return
-    kept = target.parent / f"{target.name}.replaced-{os.getpid()}-{secrets.token_hex(4)}"
+    kept = target.parent / _own_name(f"{target.name}.replaced-")
     os.replace(old, kept)
     warnings.warn(
         f"{target}: files appeared in the previous version while it was replaced; it was "
@@ -203,10 +241,13 @@ def atomic_write_dir(
     two folders (Linux `renameat2(RENAME_EXCHANGE)`), after which the old content is
     removed. A reader that holds the folder open keeps reading one complete version (see
     `dtdr_agents.foundation.persistence.read_model`). Saves into the same parent folder are
-    serialised by an advisory lock, and each save removes what killed saves left behind. Where the
-    exchange is not available the old folder is first renamed aside (`.NAME.old-*`): a
-    reader in between retries, and a save killed in between leaves the old folder there.
-    A write that fails leaves the previous version in place and no temporary folder.
+    serialised by an advisory lock. A save removes only what it made itself (the folders it
+    named with its process id and a random token, and the previous version it replaced);
+    folders named like those that a killed save may have left are named in a warning,
+    never removed. Where the exchange is not available the old folder is first renamed
+    aside (`.NAME.old-*`): a reader in between retries, and a save killed in between leaves
+    the old folder there. A write that fails leaves the previous version in place and no
+    temporary folder.
 
     Relative paths may name sub-folders ("base/manifest.json"). Folders and files follow
     the umask.
@@ -220,8 +261,7 @@ def atomic_write_dir(
     target.parent.mkdir(parents=True, exist_ok=True)
     with _save_lock(target.parent):
         check_target(target, replaceable)
-        for stale in _leftovers(target.parent, target.name):
-            shutil.rmtree(stale, ignore_errors=True)
+        _report_leftovers(target.parent, target)
         tmp = _make_dir(target.parent, f".{target.name}.tmp-")
         swapped = False
         try:
@@ -235,7 +275,7 @@ def atomic_write_dir(
                 swapped = True  # `tmp` now holds the previous version
                 _dispose(tmp, target, replaceable)
             else:
-                old = target.parent / f".{target.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
+                old = target.parent / _own_name(f".{target.name}.old-")
                 os.replace(target, old)
                 try:
                     os.replace(tmp, target)
