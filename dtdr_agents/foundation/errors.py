@@ -50,12 +50,41 @@ class ModelLoadError(DTDRError, ValueError):
     """A saved retriever folder is corrupt, from another version, or mismatched."""
 
 
+class ModelArrayError(ModelLoadError):
+    """A learned array of a saved retriever is malformed or out of range.
+
+    Attributes:
+        array: The array's name (as the retriever knows it, or its full name in the file).
+        problem: What is wrong with it.
+        file: The arrays file, once known.
+    """
+
+    def __init__(self, array: str, problem: str, file: str | None = None) -> None:
+        self.array = array
+        self.problem = problem
+        self.file = file
+        where = f"{file}: " if file is not None else ""
+        super().__init__(f"{where}array {array!r} {problem}")
+
+
+class ModelSaveError(DTDRError, ValueError):
+    """A fitted retriever cannot be saved as a folder that a load would accept."""
+
+
 class EncoderUnavailableError(DTDRError, RuntimeError):
     """No sentence encoder could be loaded; the message lists the options."""
 
 
 class EncoderOutputError(DTDRError, ValueError):
     """An embedding model returned unusable vectors (wrong count or size, NaN or infinity)."""
+
+
+class RankingError(DTDRError, RuntimeError):
+    """A retriever produced a ranking that cannot be used.
+
+    Its probabilities are NaN, infinite, negative or of the wrong length: the model is corrupt
+    or misconfigured, and serving it would hand the agent nothing sensible.
+    """
 
 
 class ChatModelError(DTDRError, RuntimeError):

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from dtdr_agents.foundation.atomic import atomic_write_dir, check_target, resolve_target
-from dtdr_agents.foundation.errors import ModelLoadError
+from dtdr_agents.foundation.errors import ModelLoadError, ModelSaveError
 from dtdr_agents.foundation.folder_read import _open_dir, _read_file, _replaced
 from dtdr_agents.foundation.manifest import (
     ARRAYS,
@@ -62,6 +62,10 @@ MAX_MANIFEST_BYTES = 64 * 2**20
 MAX_ARRAYS_BYTES = 4 * 2**30
 """Largest arrays file read (4 GiB: 384-dim embeddings and a linear layer over 1,000,000
 tools fit)."""
+MAX_REPLACED_MANIFEST_BYTES = 16 * MAX_MANIFEST_BYTES
+"""Largest manifest a save reads to decide that a folder is a saved model it may replace
+(1 GiB): a save never writes a manifest over `MAX_MANIFEST_BYTES`, but earlier versions
+did, and such a folder must still be replaceable by a later save."""
 READ_RETRY_SECONDS = 10.0
 """How long a load retries a folder that concurrent saves keep replacing before it gives up."""
 
@@ -149,7 +153,7 @@ class SavedModel:
         arrays = {k: np.ascontiguousarray(v) for k, v in self.arrays.items()}
         for name, array in arrays.items():
             if array.dtype.kind == "f" and not np.isfinite(array).all():
-                raise ValueError(
+                raise ModelSaveError(
                     f"cannot save {self.manifest.get('class', 'the model')}: array {name!r} "
                     "holds NaN or infinite values (a load would refuse it)"
                 )
@@ -162,7 +166,7 @@ class SavedModel:
         try:
             text = json.dumps(manifest, default=_json_default, ensure_ascii=False, allow_nan=False)
         except ValueError as exc:  # NaN or infinity: a load would refuse it
-            raise ValueError(
+            raise ModelSaveError(
                 f"cannot save {manifest.get('class', 'the model')}: a parameter or learned "
                 f"value is NaN or infinite ({exc})"
             ) from None
@@ -173,9 +177,51 @@ class SavedModel:
             "manifest_sha256": digest,
             "children_sha256": child_digests,
         }
-        out[f"{prefix}{MANIFEST}"] = json.dumps(manifest, indent=2, ensure_ascii=False).encode()
+        manifest_bytes = json.dumps(manifest, indent=2, ensure_ascii=False).encode()
+        _check_size(manifest_bytes, MAX_MANIFEST_BYTES, "MAX_MANIFEST_BYTES", manifest, prefix)
+        _check_size(arrays_bytes, MAX_ARRAYS_BYTES, "MAX_ARRAYS_BYTES", manifest, prefix)
+        out[f"{prefix}{MANIFEST}"] = manifest_bytes
         out[f"{prefix}{ARRAYS}"] = arrays_bytes
         return out, digest
+
+
+def _check_size(
+    data: bytes, cap: int, cap_name: str, manifest: Mapping[str, Any], prefix: str
+) -> None:
+    """Refuse to write a file that a load would refuse for its size (naming what fills it)."""
+    if len(data) <= cap:
+        return
+    what = "manifest" if cap_name == "MAX_MANIFEST_BYTES" else "arrays"
+    if what == "manifest":
+        field, size = _largest_field(manifest)
+        biggest = f"; field {field!r} takes {size / 2**20:.1f} MiB"
+    else:
+        specs = manifest.get("arrays", {})
+        name = max(specs, key=lambda k: int(np.prod(specs[k]["shape"])), default=None)
+        biggest = "" if name is None else f"; the largest array is {name!r}"
+    raise ModelSaveError(
+        f"cannot save {manifest.get('class', 'the model')}: its {prefix}"
+        f"{MANIFEST if what == 'manifest' else ARRAYS} would take {len(data) / 2**20:.1f} MiB, "
+        f"more than the {cap / 2**20:.0f} MiB a load reads "
+        f"(dtdr_agents.foundation.persistence.{cap_name}){biggest}; nothing was written"
+    )
+
+
+def _largest_field(obj: Any, path: str = "") -> tuple[str, int]:
+    """The dotted path of the field that holds most of `obj`'s JSON, and its size in bytes."""
+    size = len(json.dumps(obj, ensure_ascii=False))
+    if isinstance(obj, Mapping) and obj:
+        items: list[tuple[str, Any]] = [(str(k), v) for k, v in obj.items()]
+    elif isinstance(obj, list) and obj:
+        items = [(f"[{i}]", v) for i, v in enumerate(obj)]
+    else:
+        return path or "(the whole manifest)", size
+    sizes = [(len(json.dumps(v, ensure_ascii=False)), k, v) for k, v in items]
+    child_size, key, child = max(sizes, key=lambda t: t[0])
+    if child_size * 2 < size:  # no one part dominates: this field is the answer
+        return path or "(the whole manifest)", size
+    sub = f"{path}{key}" if key.startswith("[") or not path else f"{path}.{key}"
+    return _largest_field(child, sub)
 
 
 def model_folder_problem(folder: Path) -> str | None:
@@ -196,8 +242,14 @@ def model_folder_problem(folder: Path) -> str | None:
         return f"it holds {min(entries)!r} and no {MANIFEST}"
     try:
         fd = _open_dir(folder, None, folder)
-        try:
-            data = _read_manifest_bytes(fd, folder / MANIFEST)
+        try:  # a larger cap than a load's: an older version wrote manifests over it
+            data = _read_file(
+                fd,
+                MANIFEST,
+                folder / MANIFEST,
+                MAX_REPLACED_MANIFEST_BYTES,
+                "MAX_REPLACED_MANIFEST_BYTES",
+            )
         finally:
             os.close(fd)
         manifest = json.loads(data.decode("utf-8"))
@@ -419,6 +471,7 @@ __all__ = [
     "MANIFEST",
     "MAX_ARRAYS_BYTES",
     "MAX_MANIFEST_BYTES",
+    "MAX_REPLACED_MANIFEST_BYTES",
     "READ_RETRY_SECONDS",
     "EncoderMismatchError",
     "SavedModel",

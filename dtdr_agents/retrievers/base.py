@@ -29,6 +29,7 @@ from dtdr_agents.foundation.encoders import (
 from dtdr_agents.foundation.errors import (
     InvalidDemonstrationError,
     NotFittedError,
+    RankingError,
     UnknownToolError,
 )
 from dtdr_agents.foundation.persistence import SavedModel, write_model
@@ -399,14 +400,14 @@ class ToolRetriever(ABC):
             probs = np.asarray(scores.probabilities, dtype=np.float64)
             notes: dict[str, str] = {}
             if probs.shape != (len(self._names),):
-                raise RuntimeError(
+                raise RankingError(
                     f"{type(self).__name__}._score returned {probs.shape[0]} probabilities "
                     f"for {len(self._names)} current labels"
                 )
         else:
             probs, notes = self._to_catalogue(query, scores.probabilities, hist)
         if not np.isfinite(probs).all() or (probs < 0).any():
-            raise RuntimeError(
+            raise RankingError(
                 f"{type(self).__name__}.rank: the probabilities for this request are not "
                 "finite non-negative numbers (NaN, infinity or below 0); a parameter or the "
                 "fitted model is corrupt, so no tools are returned from it"

@@ -13,7 +13,7 @@ import numpy as np
 
 from dtdr_agents.foundation.checks import check_number
 from dtdr_agents.foundation.encoders import Encoder, VocabularyCheck
-from dtdr_agents.foundation.errors import ModelLoadError
+from dtdr_agents.foundation.errors import ModelArrayError, ModelLoadError
 from dtdr_agents.foundation.types import Demonstration, Toolset
 from dtdr_agents.retrievers.base import Scores, ToolRetriever, check_quantile, check_threshold
 from dtdr_agents.retrievers.markov import GLOBAL, UNSEEN, MarkovTables, history_key
@@ -250,11 +250,13 @@ class DTDRC(ToolRetriever):
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelLoadError(f"corrupt DTDR-C state: missing or bad {exc}") from exc
         if self.centroids_.ndim != 2 or self.centroids_.shape[0] != self.n_clusters_:
-            raise ModelLoadError("corrupt DTDR-C state: centroids do not match n_clusters")
+            raise ModelArrayError("centroids", "does not match n_clusters")
         if self.encoder_ is not None and self.centroids_.shape[1] != self.encoder_.dim:
-            raise ModelLoadError("corrupt DTDR-C state: centroids do not match the encoder")
+            raise ModelArrayError("centroids", "does not match the encoder")
         if self.cluster_sizes_.shape != (self.n_clusters_,) or (self.cluster_sizes_ < 0).any():
-            raise ModelLoadError("corrupt DTDR-C state: bad 'cluster_sizes'")
+            raise ModelArrayError(
+                "cluster_sizes", f"must hold {self.n_clusters_} demonstration counts >= 0"
+            )
         check_threshold(self.ood_threshold_, "ood_threshold", upper=None)
         check_threshold(vocab, "vocab_threshold", upper=1.0)
         rows = arrays.get("markov_rows")
@@ -271,7 +273,9 @@ class DTDRC(ToolRetriever):
             )
         self._centroid_sq = (self.centroids_**2).sum(axis=1)
         orders = self._orders()
-        self.tables_ = MarkovTables.from_arrays(len(self.labels_), orders, dict(arrays))
+        self.tables_ = MarkovTables.from_arrays(
+            len(self.labels_), orders, dict(arrays), n_groups=self.n_clusters_
+        )
 
 
 class StaticDR(DTDRC):

@@ -13,7 +13,7 @@ import numpy as np
 
 from dtdr_agents.foundation.checks import check_number, check_probability
 from dtdr_agents.foundation.encoders import Encoder, TokenLimited, VocabularyCheck, token_limit
-from dtdr_agents.foundation.errors import ModelLoadError
+from dtdr_agents.foundation.errors import ModelArrayError, ModelLoadError
 from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Toolset
 from dtdr_agents.retrievers.base import (
     Scores,
@@ -453,8 +453,10 @@ class DTDRL(ToolRetriever):
             thr = state["ood_threshold"]
         except KeyError as exc:
             raise ModelLoadError(f"corrupt DTDR-L state: missing {exc}") from exc
-        if self.weight_.shape[0] != len(self.labels_) or self.bias_.shape != (len(self.labels_),):
-            raise ModelLoadError("corrupt DTDR-L state: weight shape does not match the catalogue")
+        if self.weight_.ndim != 2 or self.weight_.shape[0] != len(self.labels_):
+            raise ModelArrayError("weight", "does not match the catalogue (one row per label)")
+        if self.bias_.shape != (len(self.labels_),):
+            raise ModelArrayError("bias", f"must have shape ({len(self.labels_)},)")
         self.ood_threshold_ = None if thr is None else float(thr)
         vocab = state.get("vocab_threshold")
         self.vocab_check_ = None if vocab is None else VocabularyCheck(float(vocab))
@@ -482,16 +484,31 @@ class DTDRL(ToolRetriever):
         p = self._positions
         n_in = dim * (p + 2) + p + 1 if self.history == "structured" else dim
         if self.weight_.shape != (len(self.labels_), n_in):
-            raise ModelLoadError(
-                f"corrupt DTDR-L state: weight has shape {self.weight_.shape}, not "
-                f"({len(self.labels_)}, {n_in})"
+            raise ModelArrayError(
+                "weight", f"has shape {self.weight_.shape}, not ({len(self.labels_)}, {n_in})"
             )
-        if self.ood_mean_ is not None and (
-            self.ood_mean_.shape != (dim,)
-            or self.ood_precision_ is None
-            or self.ood_precision_.shape != (dim, dim)
-        ):
-            raise ModelLoadError("corrupt DTDR-L state: OOD statistics do not match the encoder")
+        if self.ood_mean_ is not None and self.ood_mean_.shape != (dim,):
+            raise ModelArrayError("ood_mean", "does not match the encoder")
+        if self.ood_mean_ is not None:
+            _check_precision(self.ood_precision_, dim)
+
+
+def _check_precision(precision: np.ndarray | None, dim: int) -> None:
+    """The OOD precision matrix is (dim, dim), symmetric and positive semi-definite.
+
+    Otherwise a distance could come out negative, and every request would look in
+    distribution.
+    """
+    if precision is None or precision.shape != (dim, dim):
+        raise ModelArrayError("ood_precision", f"must be a ({dim}, {dim}) matrix")
+    scale = float(np.abs(precision).max(initial=0.0)) or 1.0
+    if not np.allclose(precision, precision.T, rtol=1e-5, atol=1e-8 * scale):
+        raise ModelArrayError("ood_precision", "must be symmetric")
+    lowest = float(np.linalg.eigvalsh(precision.astype(np.float64)).min(initial=0.0))
+    if lowest < -1e-6 * scale:
+        raise ModelArrayError(
+            "ood_precision", f"must be positive semi-definite (an eigenvalue is {lowest:.3g})"
+        )
 
 
 class StaticLR(DTDRL):

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from dtdr_agents.foundation.errors import ModelLoadError
+from dtdr_agents.foundation.errors import ModelArrayError
 
 START = -1
 """Label of the 'start' padding symbol."""
@@ -103,23 +103,81 @@ class MarkovTables:
 
     @classmethod
     def from_arrays(
-        cls, n_labels: int, orders: Iterable[int], arrays: dict[str, np.ndarray]
+        cls,
+        n_labels: int,
+        orders: Iterable[int],
+        arrays: dict[str, np.ndarray],
+        *,
+        n_groups: int | None = None,
     ) -> MarkovTables:
-        """Rebuild tables saved by `to_arrays`."""
+        """Rebuild tables saved by `to_arrays`, checking every row and count.
+
+        Args:
+            n_labels: Size of the label space (tools + end-of-plan).
+            orders: The orders the tables were counted for.
+            arrays: The saved "markov_rows" and "markov_counts".
+            n_groups: The number of clusters (groups 0..n_groups-1, and `GLOBAL`); None
+                leaves the groups unchecked.
+
+        Raises:
+            ModelArrayError: Naming the array when a row or a count is out of range.
+        """
         tables = cls(n_labels, orders)
         try:
             rows, counts = arrays["markov_rows"], arrays["markov_counts"]
         except KeyError as exc:
-            raise ModelLoadError(f"model arrays lack {exc.args[0]!r}") from exc
+            raise ModelArrayError(str(exc.args[0]), "is missing") from None
         width = max(max(tables.orders), 1)
-        if rows.ndim != 2 or rows.shape[1] != width + 3 or len(rows) != len(counts):
-            raise ModelLoadError(
-                "corrupt Markov table: array shapes do not match the model's order"
+        if rows.ndim != 2 or rows.shape[1] != width + 3:
+            raise ModelArrayError(
+                "markov_rows",
+                f"has shape {list(rows.shape)}, not (rows, {width + 3}) for the orders "
+                f"{list(tables.orders)}",
             )
-        if len(rows) and (rows[:, -1].min() < 0 or rows[:, -1].max() >= n_labels):
-            raise ModelLoadError("corrupt Markov table: next-tool labels out of range")
+        if counts.shape != (len(rows),):
+            raise ModelArrayError(
+                "markov_counts", f"has shape {list(counts.shape)}, not ({len(rows)},)"
+            )
+        _check_rows(rows, n_labels, tables.orders, n_groups)
+        bad = np.flatnonzero(~(np.isfinite(counts) & (counts > 0)))
+        if len(bad):
+            raise ModelArrayError(
+                "markov_counts",
+                f"must hold finite counts > 0 (each counts a transition seen in the "
+                f"demonstrations); entry {int(bad[0])} is {counts[bad[0]]!r}",
+            )
         for row, c in zip(rows.tolist(), counts.tolist(), strict=True):
             group, order = row[0], row[1]
             key = tuple(row[2 : 2 + order])
             tables._counts[(group, key)][row[-1]] = c
         return tables.freeze()
+
+
+def _check_rows(
+    rows: np.ndarray, n_labels: int, orders: tuple[int, ...], n_groups: int | None
+) -> None:
+    """Each saved row is (group, order, key padded with `_NO_TOKEN`, next label), all in range."""
+    if rows.dtype.kind not in "iu":
+        raise ModelArrayError("markov_rows", f"has dtype {rows.dtype}, not integers")
+    if not len(rows):
+        return
+    width = rows.shape[1] - 3
+    group, order, keys, target = rows[:, 0], rows[:, 1], rows[:, 2:-1], rows[:, -1]
+    slot = np.arange(width)[None, :]
+    in_key = slot < order[:, None]
+    upper = n_groups if n_groups is not None else np.iinfo(np.int64).max
+    label_ok = (keys == START) | ((keys >= 0) & (keys < n_labels - 1))  # end-of-plan ends keys
+    problems = (
+        (~np.isin(order, orders), "an order the model does not count"),
+        ((group < GLOBAL) | (group >= upper), "a cluster out of range"),
+        (np.where(in_key, ~label_ok, keys != _NO_TOKEN).any(axis=1), "a history key out of range"),
+        ((target < 0) | (target >= n_labels), "a next label out of range"),
+    )
+    for bad, what in problems:
+        where = np.flatnonzero(bad)
+        if len(where):
+            raise ModelArrayError(
+                "markov_rows", f"row {int(where[0])} ({rows[where[0]].tolist()}) has {what}"
+            )
+    if len(np.unique(rows, axis=0)) != len(rows):
+        raise ModelArrayError("markov_rows", "holds the same transition twice")

@@ -33,7 +33,7 @@ import numpy as np
 from dtdr_agents.foundation.chat import ChatModel
 from dtdr_agents.foundation.checks import check_number
 from dtdr_agents.foundation.encoders import Encoder, get_encoder
-from dtdr_agents.foundation.errors import ChatModelError, NotFittedError
+from dtdr_agents.foundation.errors import ChatModelError, ModelArrayError, NotFittedError
 from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Ranking, Toolset, as_history
 from dtdr_agents.recommend.prompts import MalformedAnswerError
 from dtdr_agents.recommend.record import Recommendation, Stage
@@ -473,6 +473,9 @@ class PTRRecommender(CompositeRetriever):
         return state, arrays
 
     def _set_state(self, state: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        sizes = arrays.get("sizes")
+        if sizes is not None and (sizes.ndim != 1 or not len(sizes) or (sizes < 0).any()):
+            raise ModelArrayError("sizes", "must hold tool-set sizes >= 0, one per demonstration")
         try:
             self.demo_ids_ = [str(i) for i in state["demo_ids"]]
             self.bundles_ = [tuple(str(t) for t in b) for b in state["bundles"]]
@@ -486,4 +489,20 @@ class PTRRecommender(CompositeRetriever):
             self.weights_ = np.asarray(arrays["weights"], dtype=np.float64)
         except KeyError as exc:
             raise NotFittedError(f"saved ptr state lacks {exc}") from None
+        self._check_arrays()
         self._names_cache = (None, np.zeros(0))
+
+    def _check_arrays(self) -> None:
+        """Shapes and ranges of the loaded arrays (for `_set_state`)."""
+        n_demos, n_tools = len(self.demo_ids_), len(self.fit_tools_)
+        if self.tool_vectors_.ndim != 2 or len(self.tool_vectors_) != n_tools:
+            raise ModelArrayError("tool_vectors", f"must have one row per tool ({n_tools})")
+        dim = self.tool_vectors_.shape[1]
+        if self.demo_vectors_.shape != (n_demos, dim):
+            raise ModelArrayError("demo_vectors", f"must have shape ({n_demos}, {dim})")
+        if self.membership_.shape != (n_demos, n_tools):
+            raise ModelArrayError("membership", f"must have shape ({n_demos}, {n_tools})")
+        if ((self.membership_ < 0) | (self.membership_ > 1)).any():
+            raise ModelArrayError("membership", "must hold values in [0, 1]")
+        if len(self.size_model_.sizes_) != len(self.size_model_.embeddings_):
+            raise ModelArrayError("sizes", "must hold one tool-set size per demonstration")

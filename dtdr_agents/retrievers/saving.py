@@ -25,8 +25,9 @@ from dtdr_agents.foundation.encoders import (
     is_builtin_encoder,
     needs_encoder_object,
 )
-from dtdr_agents.foundation.errors import DTDRError, ModelLoadError
+from dtdr_agents.foundation.errors import DTDRError, ModelArrayError, ModelLoadError
 from dtdr_agents.foundation.persistence import (
+    ARRAYS,
     FORMAT,
     FORMAT_VERSION,
     EncoderMismatchError,
@@ -202,6 +203,8 @@ def _restore(
     try:
         if not retriever.zero_shot_:
             retriever._set_state(manifest["state"], child_arrays(arrays, "model"))
+    except ModelArrayError as exc:
+        raise _in_arrays_file(exc, saved) from None
     except ModelLoadError as exc:
         raise ModelLoadError(f"{where}: {exc}") from None
     except (KeyError, TypeError, ValueError, IndexError, OverflowError, MemoryError) as exc:
@@ -229,6 +232,21 @@ def _restore(
     return retriever
 
 
+def _in_arrays_file(exc: ModelArrayError, saved: SavedModel) -> ModelArrayError:
+    """`exc` (raised by `_set_state`) naming the arrays file and the array's name in it."""
+    if exc.file is not None:
+        return exc
+    name = f"model/{exc.array}"
+    if name not in saved.arrays:  # a nested part's array (a hybrid's chains/markov_rows)
+        found = [
+            k
+            for k in sorted(saved.arrays)
+            if k.startswith("model/") and k.endswith(f"/{exc.array}")
+        ]
+        name = " or ".join(found) or name
+    return ModelArrayError(name, exc.problem, str(arrays_path(saved)))
+
+
 def _restore_encoder(
     manifest: Mapping[str, Any],
     arrays: Mapping[str, np.ndarray],
@@ -244,6 +262,9 @@ def _restore_encoder(
     if "state" in info:  # a fitted TF-IDF encoder travels with the model
         try:
             saved: Encoder = TfidfEncoder.from_state(info["state"], child_arrays(arrays, "encoder"))
+        except ModelArrayError as exc:
+            apath = str(where.with_name(ARRAYS))
+            raise ModelArrayError(f"encoder/{exc.array}", exc.problem, apath) from None
         except (ModelLoadError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise ModelLoadError(f"{where}: field 'encoder' is corrupt: {exc}") from None
         if saved.id != info["id"]:

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from dtdr_agents.foundation.errors import ModelLoadError
+from dtdr_agents.foundation.errors import ModelArrayError, ModelLoadError
 from dtdr_agents.foundation.types import Demonstration, Toolset
 from dtdr_agents.retrievers.similarity import SimilarityRetriever
 
@@ -185,8 +185,12 @@ class ToolGraphRetriever(SimilarityRetriever):
             self.graph_embeddings_ = np.asarray(arrays["graph_embeddings"], dtype=np.float64)
         except KeyError as exc:
             raise ModelLoadError(f"corrupt TGR state: missing array {exc}") from exc
-        if len(self.graph_embeddings_) != len(self.fit_tools_):
-            raise ModelLoadError("corrupt TGR state: graph_embeddings has the wrong number of rows")
+        if self.graph_embeddings_.ndim != 2 or len(self.graph_embeddings_) != len(self.fit_tools_):
+            raise ModelArrayError("graph_embeddings", "must have one row per tool")
+        if len(self.edges_) and (
+            self.edges_.min() < 0 or self.edges_.max() >= len(self.fit_tools_)
+        ):
+            raise ModelArrayError("edges", "names a tool out of range")
         self._normalise()
 
 

@@ -13,7 +13,14 @@ import numpy as np
 
 from dtdr_agents.foundation.encoders.base import Encoder, _normalise
 from dtdr_agents.foundation.encoders.cache import CachedEncoder
-from dtdr_agents.foundation.errors import ModelLoadError, NotFittedError
+from dtdr_agents.foundation.errors import ModelArrayError, ModelLoadError, NotFittedError
+
+MAX_TOKEN_CHARS = 100
+"""Longest word the TF-IDF vocabulary keeps: a longer run of word characters (a pasted blob,
+a 50 MB "word") is no word and is skipped, so one request cannot fill the saved vocabulary
+(at most `max_features` entries of at most two words each)."""
+TOKEN_PATTERN = rf"(?u)\b\w{{1,{MAX_TOKEN_CHARS}}}\b"
+"""The vectoriser's `token_pattern`: words of 1 to `MAX_TOKEN_CHARS` word characters."""
 
 
 class TfidfEncoder:
@@ -104,7 +111,7 @@ class TfidfEncoder:
             raise ValueError("TfidfEncoder.fit needs at least 2 texts")
         vec = TfidfVectorizer(
             ngram_range=(1, 2),
-            token_pattern=r"(?u)\b\w+\b",
+            token_pattern=TOKEN_PATTERN,
             max_features=self.max_features,
             sublinear_tf=True,
         )
@@ -202,24 +209,23 @@ class TfidfEncoder:
             enc.components_ = np.asarray(arrays["components"], dtype=np.float32)
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelLoadError(f"corrupt TF-IDF encoder state: {exc}") from exc
-        if (
-            enc.idf_.shape != (len(enc.vocabulary_),)
-            or enc.components_.ndim != 2
-            or enc.components_.shape[1] != len(enc.vocabulary_)
-            or not np.isfinite(enc.idf_).all()
-            or not np.isfinite(enc.components_).all()
-        ):
-            raise ModelLoadError(
-                "corrupt TF-IDF encoder state: array shapes do not match the vocabulary, or "
-                "values are not finite"
-            )
+        n = len(enc.vocabulary_)
+        if enc.idf_.shape != (n,):
+            raise ModelArrayError("idf", f"must hold one weight per vocabulary entry ({n})")
+        if enc.components_.ndim != 2 or enc.components_.shape[1] != n:
+            raise ModelArrayError("components", f"must have one column per vocabulary entry ({n})")
+        for name, values in (("idf", enc.idf_), ("components", enc.components_)):
+            if not np.isfinite(values).all():
+                raise ModelArrayError(name, "holds NaN or infinite values")
+        if (enc.idf_ <= 0).any():  # smoothed idf is at least 1
+            raise ModelArrayError("idf", "must hold weights > 0")
         return enc
 
     def __repr__(self) -> str:
         return f"TfidfEncoder(dim={self.dim_requested})"
 
 
-_WORD = re.compile(r"(?u)\b\w+\b")
+_WORD = re.compile(TOKEN_PATTERN)
 
 
 @dataclass(frozen=True)
