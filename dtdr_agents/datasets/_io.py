@@ -25,6 +25,7 @@ from dtdr_agents.foundation.errors import (
     InvalidDemonstrationError,
     InvalidToolError,
 )
+from dtdr_agents.foundation.folder_read import special_kind
 from dtdr_agents.foundation.types import CallArguments, Demonstration, Tool, Toolset
 
 UnknownTools = Literal["skip", "add", "error"]
@@ -264,6 +265,11 @@ def require_file(path: Path, what: str) -> Path:
     if not path.is_file():
         if path.is_dir():
             raise DatasetNotFoundError(f"expected {what} here, found a folder", str(path))
+        kind = special_kind(path)
+        if kind is not None:
+            raise DatasetNotFoundError(
+                f"expected {what} here, found {kind}, not a regular file", str(path)
+            )
         raise DatasetNotFoundError(f"{what} not found", str(path))
     return path
 

@@ -144,11 +144,12 @@ def compare(
     return out
 
 
-def _git_commit() -> str | None:
+def _git(*args: str) -> str | None:
+    """The output of `git args...` in this package's folder, or None (no git, no checkout)."""
     here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "HEAD"],
+            ["git", "-C", str(here), *args],
             capture_output=True,
             text=True,
             timeout=5,
@@ -159,9 +160,45 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
+def _git_commit() -> str | None:
+    return _git("rev-parse", "HEAD")
+
+
+def _repo_root() -> Path | None:
+    """The git checkout this package runs from, or None (an installed copy)."""
+    top = _git("rev-parse", "--show-toplevel")
+    return Path(top) if top else None
+
+
+def repo_relative(args: Sequence[str], root: Path | None) -> list[str]:
+    """`args` with absolute paths that start in the checkout `root` made relative to it.
+
+    A published command line then reads the same on every machine (`--json
+    docs/results/x.json`, not the recording machine's `/home/.../docs/results/x.json`); it is
+    meant to be run from the checkout. `--option=PATH` is rewritten too; other paths are kept.
+    """
+    if root is None:
+        return list(args)
+    prefix = str(root).rstrip(os.sep) + os.sep
+
+    def rewrite(text: str) -> str:
+        if text.startswith(prefix):
+            return os.path.relpath(os.path.normpath(text), root)
+        return text
+
+    out = []
+    for arg in args:
+        option, eq, value = arg.partition("=")
+        out.append(f"{option}={rewrite(value)}" if eq and arg.startswith("-") else rewrite(arg))
+    return out
+
+
 def provenance(seeds: Sequence[int], argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Where a result came from: command line, version, git commit, cores, Python, seeds."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    """Where a result came from: command line, version, git commit, cores, Python, seeds.
+
+    Paths inside the checkout are recorded relative to it (`repo_relative`).
+    """
+    args = repo_relative(sys.argv[1:] if argv is None else argv, _repo_root())
     return {
         "command": " ".join(["dtdr-agents", *args]),
         "version": __version__,

@@ -161,13 +161,21 @@ def check_completion(response: Any) -> Any:
     """`response` if it is a chat completion with a first choice holding a message.
 
     Raises:
-        EndpointFaultError: The body is an error object, has no choices, or its first choice has
-            no message (an HTTP 200 that is the endpoint's fault, not the model's answer).
+        EndpointFaultError: The body is not JSON (the `openai` client returns such a body, an
+            HTML error page for example, as text), is an error object, has no choices, or its
+            first choice has no message (an HTTP 200 that is the endpoint's fault, not the
+            model's answer).
     """
 
     def get(obj: Any, key: str) -> Any:
         return obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
 
+    if isinstance(response, str | bytes):  # the SDK hands back a body it could not parse
+        text = response.decode("utf-8", "replace") if isinstance(response, bytes) else response
+        start = " ".join(text.split())[:80]
+        raise EndpointFaultError(
+            f"HTTP 200 with a body that is not JSON (an HTML error page?): {start!r}"
+        )
     error = get(response, "error")
     if error:
         raise EndpointFaultError(f"HTTP 200 with an error body: {str(error)[:200]}")

@@ -49,6 +49,20 @@ _KINDS = {
 }
 
 
+def special_kind(path: Path) -> str | None:
+    """What `path` is when it exists but is neither a regular file nor a folder, else None.
+
+    For example "a named pipe (FIFO)": say so rather than "not found".
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
 def _check_regular(mode: int, size: int, shown: Path, cap: int, cap_name: str) -> None:
     """Refuse what is not a regular file of at most `cap` bytes (named `cap_name`)."""
     if stat.S_ISLNK(mode):
