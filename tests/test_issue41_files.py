@@ -137,6 +137,18 @@ def test_what_a_killed_save_may_have_left_is_named_not_removed(
     assert (left / "manifest.json").read_text() == "{}"
 
 
+def test_fit_o_names_the_leftover_in_one_warning_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".model.old-4242-89abcdef").mkdir()
+    code, err = _cli(_fit_argv("model"), capsys)
+    assert code == 0
+    assert "warning: " in err and ".model.old-4242-89abcdef" in err
+    assert "UserWarning" not in err
+    assert (tmp_path / ".model.old-4242-89abcdef").is_dir()
+
+
 # ------------------------------------------------------- 2. a save a load would refuse
 
 

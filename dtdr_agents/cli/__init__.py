@@ -13,7 +13,9 @@ import gc
 import importlib
 import os
 import sys
+import warnings
 from collections.abc import Iterator, Sequence
+from typing import TextIO
 
 from dtdr_agents._version import __version__
 from dtdr_agents.cli._common import BAD_INPUT, CLIError, describe_error
@@ -79,13 +81,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(None)
 
 
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """Print a warning as one line `warning: ...` (no source file and line of the library)."""
+    print(f"warning: {message}", file=sys.stderr if file is None else file)
+
+
 def _run(argv: Sequence[str] | None = None) -> int:
     """Parse `argv` (None: this process's arguments), run the command, return its exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # reports record the command line
     try:
-        code: int = args.func(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            code: int = args.func(args)
     except DTDRError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
