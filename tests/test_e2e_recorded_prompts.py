@@ -165,6 +165,31 @@ def test_check_prompts_counts_by_cell_and_a_tampered_record_is_not_used(
     assert again["missing"] == 1 and again["changed"] == check["changed"] - 1
 
 
+def test_the_last_recorded_answer_of_a_step_wins(
+    recorded: tuple[list[str], Path, dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    argv, steps, live = recorded
+    argv = _with_cache(argv, _copy(steps, tmp_path))
+    second = tmp_path / "second.json"
+    with monkeypatch.context() as patched:  # another machine asks its changed prompts again
+        _another_machine(patched)
+        with OpenAIChatServer(lambda body: {"content": "I would rather not."}) as server:
+            assert cli.main([*argv, "--base-url", server.base_url, "--json", str(second)]) == 0
+            asked = len(server.requests)
+    report = json.loads(second.read_text())
+    assert asked == report["calls"] > 10 and report["results"] != live["results"]
+    # back here, where the first run's prompts are built again: the replay gives the report
+    # the last run wrote, from its answers, and the check says which steps moved
+    replayed = tmp_path / "replayed.json"
+    assert cli.main([*argv, "--replay", "--json", str(replayed)]) == 0
+    again = json.loads(replayed.read_text())
+    assert again["replayed_changed_prompts"] == asked
+    for key in FIGURES:
+        assert again[key] == report[key]
+
+
 def test_older_rows_replay_by_key_and_record_prompts_upgrades_them(
     recorded: tuple[list[str], Path, dict[str, Any]],
     tmp_path: Path,

@@ -407,12 +407,13 @@ class RecordedMatch:
 def match_recorded(plan: E2EPlan, cache: StepCache, model: str) -> list[RecordedMatch]:
     """Each request of `plan` with the request the step cache answered at its step.
 
-    A row answers a step when its key is the step's request's, or when the prompt it records
-    (bound tools and mode text, on the step's frame) rebuilds its own key: the frame (the
-    instructions, the example, the request, the calls so far) is then unchanged and only the
-    retrieval differs, such as a probability in its third decimal on another machine. Of
-    several such rows the last written wins. Rows from before prompts were recorded match by
-    key only.
+    A row that records its prompt answers its step when that prompt, rebuilt on the step's
+    frame (the instructions, the example, the request, the calls so far), has the row's own
+    key: the frame is then unchanged, and only the retrieval may differ from this commit's,
+    such as a probability in its third decimal on another machine. Of several such rows for
+    a step the last written wins (the latest run's answer), whatever this commit's prompt;
+    a step with none is answered by the row of its request's key, if any (rows written
+    before prompts were recorded).
 
     Args:
         plan: The run (its requests as this commit builds them).
@@ -426,19 +427,22 @@ def match_recorded(plan: E2EPlan, cache: StepCache, model: str) -> list[Recorded
             recorded.setdefault(ident, []).append(row)
     out: list[RecordedMatch] = []
     for req in plan.requests:
-        if step_key(model, req.retriever, req.mode, req.fingerprint) in cache:
-            out.append(RecordedMatch(req, req))
-            continue
+        key = step_key(model, req.retriever, req.mode, req.fingerprint)
         answered = None
         for row in reversed(
             recorded.get((req.retriever, req.mode, req.step.plan, req.step.step), [])
         ):
+            if row["key"] == key:
+                answered = req
+                break
             rebuilt = plan.builder.recorded_request(req, row)
             if rebuilt is not None and row["key"] == step_key(
                 model, req.retriever, req.mode, rebuilt.fingerprint
             ):
                 answered = rebuilt
                 break
+        if answered is None and key in cache:
+            answered = req
         out.append(RecordedMatch(req, answered))
     return out
 
