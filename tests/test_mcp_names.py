@@ -170,7 +170,7 @@ async def test_the_proxy_command_warns_on_stderr_and_forwards_the_renamed_tool(
             result = await s.call_tool("upstream_set_task_2", {"title": "x"})
             assert json.loads(text(result)) == {"tool": "set_task", "args": {"title": "x"}}
     stderr = log.read_text(encoding="utf-8")
-    assert "NameClashWarning: dtdr-agents mcp-proxy: the upstream tool 'set_task'" in stderr
+    assert "dtdr-agents mcp-proxy: the upstream tool 'set_task'" in stderr  # the CLI's format
     assert "listed to clients as 'upstream_set_task_2'" in stderr
 
 
