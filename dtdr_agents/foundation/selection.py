@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -263,12 +263,122 @@ zero probability filling in catalogue order. The end-to-end evaluation, recommen
 without a set size and `dtdr-agents rank` use it; agents use `SelectionPolicy()`."""
 
 
-def select(ranking: Ranking, policy: SelectionPolicy | None = None) -> Selection:
-    """Apply `policy` to `ranking`.
+SchemaTokens = Mapping[str, int]
+"""Each tool's schema size in tokens, by name (`runtime.tokens.catalogue_schema_tokens`).
 
-    The end-of-plan token is ranked like a tool but only returned when `include_end` is set;
-    `always_include` names must be candidates of the ranking. An out-of-distribution ranking
-    keeps its top `fallback_k`; the result never holds more than `max_tools` names.
+The foundation does not count tokens itself (the counters live in `dtdr_agents.runtime.tokens`):
+the caller of `select` or `within_bounds` hands the counts in when the policy sets
+`SelectionPolicy.max_schema_tokens`."""
+
+
+def _token_count(schema_tokens: SchemaTokens, name: str) -> int:
+    """`name`'s schema tokens (end-of-plan is never bound: 0); a clear error when missing."""
+    if name == END_OF_PLAN:
+        return 0
+    count = schema_tokens.get(name)
+    if count is None:
+        raise ValueError(
+            f"SelectionPolicy.max_schema_tokens: no schema token count for the tool {name!r} "
+            "(schema_tokens must count every tool of the catalogue)"
+        )
+    return int(count)
+
+
+def within_bounds(
+    names: Sequence[str],
+    policy: SelectionPolicy,
+    *,
+    schema_tokens: SchemaTokens | None = None,
+    fallback: bool = False,
+    reserved: int = 0,
+) -> tuple[str, ...]:
+    """`names` (most wanted first) cut to `policy`'s bounds: the one place a bound is applied.
+
+    `select` applies it to every selection (its `always_include` names listed first); the
+    runtime checks a binder's grown list with it (a list it would cut restarts from the step's
+    selection), and the MCP proxy its exposed list. The bounds:
+
+    * with `fallback` (the step is out of distribution), at most `fallback_k` names besides
+      the `always_include` ones (the first ones);
+    * at most `max_tools` names, less `reserved` slots (tools the caller binds besides
+      `names`, e.g. the MCP proxy's meta-tools): the first ones;
+    * `max_schema_tokens`: the `always_include` names are kept and counted first, then the
+      longest prefix of the others whose schemas fit; at least one name is kept even when
+      the first alone is over budget. The end-of-plan token never counts.
+
+    Args:
+        names: Candidate names, most wanted first, without duplicates.
+        policy: The policy whose bounds apply.
+        schema_tokens: Each tool's schema tokens; needed when `max_schema_tokens` is set.
+        fallback: Apply the out-of-distribution bound `fallback_k`.
+        reserved: Slots of `max_tools` taken by tools that are not in `names`.
+
+    Returns:
+        The kept names, in the order given (all of `names` when it is within every bound).
+
+    Raises:
+        ValueError: `max_schema_tokens` is set and `schema_tokens` is None or lacks a name.
+    """
+    kept = list(names)
+    always = set(policy.always_include)
+    if fallback and policy.fallback_k is not None:
+        room = policy.fallback_k
+        kept = [n for n in kept if n in always or (room := room - 1) >= 0]
+    if policy.max_tools is not None:
+        kept = kept[: max(0, policy.max_tools - reserved)]
+    budget = policy.max_schema_tokens
+    if budget is not None:
+        if schema_tokens is None:
+            raise ValueError(
+                "SelectionPolicy.max_schema_tokens needs the tools' schema token counts: pass "
+                "schema_tokens= (dtdr_agents.runtime.tokens.catalogue_schema_tokens(tools, "
+                "counter))"
+            )
+        fit = {n for n in kept if n in always}  # always bound, counted first
+        used = sum(_token_count(schema_tokens, n) for n in fit)
+        for name in (n for n in kept if n not in always):
+            cost = _token_count(schema_tokens, name)
+            if fit and used + cost > budget:
+                break  # the longest prefix that fits; at least one name is kept
+            fit.add(name)
+            used += cost
+        kept = [n for n in kept if n in fit]
+    return tuple(kept)
+
+
+def select(
+    ranking: Ranking,
+    policy: SelectionPolicy | None = None,
+    *,
+    schema_tokens: SchemaTokens | None = None,
+    reserved: int = 0,
+) -> Selection:
+    """Apply every selection field of `policy` to `ranking`: the one selection path.
+
+    The ranked cut (`k`, `threshold`, `coverage`, `min_k`, `include_zero`), or, when the
+    ranking is out of distribution and `respect_fallback` is set, the ranking's best
+    `fallback_k`; then the `always_include` names; then the bounds `max_tools` and
+    `max_schema_tokens` (`within_bounds`, the `always_include` names kept first). The
+    end-of-plan token is ranked like a tool but only returned when `include_end` is set.
+    Every stack (the runtime's `StepSelector`, the LangChain retriever, the LangGraph node,
+    the middleware, LlamaIndex, the MCP proxy) selects through this function and applies no
+    bound of its own.
+
+    Args:
+        ranking: The retriever's ranking of the step.
+        policy: The policy (default `DEFAULT`).
+        schema_tokens: Each tool's schema size in tokens; needed when the policy sets
+            `max_schema_tokens` (`dtdr_agents.runtime.tokens.catalogue_schema_tokens`).
+        reserved: Slots of `max_tools` taken by tools the caller binds besides the selection
+            (the MCP proxy's two meta-tools).
+
+    Returns:
+        The selection: the ranked names best first, then the `always_include` extras.
+
+    Raises:
+        UnknownToolError: An `always_include` name is not a candidate of the ranking.
+        ValueError: `max_schema_tokens` is set and `schema_tokens` is missing (or lacks a
+            selected tool).
     """
     policy = policy or DEFAULT
     unknown = [n for n in policy.always_include if n not in ranking.names or n == END_OF_PLAN]
@@ -281,21 +391,26 @@ def select(ranking: Ranking, policy: SelectionPolicy | None = None) -> Selection
         order = order[np.asarray(ranking.names, dtype=object)[order] != END_OF_PLAN]
     sorted_probs = ranking.probabilities[order]
     end_p = ranking.probability(END_OF_PLAN)
-    if ranking.fallback and policy.respect_fallback:
+    fallback = ranking.fallback and policy.respect_fallback
+    if fallback:
         chosen: list[int] = [int(i) for i in order[: policy.fallback_k]]
     else:
         chosen = [int(i) for i in order[: _cut(sorted_probs, policy)]]
-    names = [ranking.names[i] for i in chosen]
-    extras = [n for n in dict.fromkeys(policy.always_include) if n not in set(names)]
-    if policy.max_tools is not None:  # the cap holds always; always_include is kept first
-        extras = extras[: policy.max_tools]
-        names = names[: max(0, policy.max_tools - len(extras))]
-    names += extras
+    ranked = [ranking.names[i] for i in chosen]
+    extras = [n for n in dict.fromkeys(policy.always_include) if n not in set(ranked)]
+    always = dict.fromkeys(policy.always_include)  # first: they survive every cap
+    wanted = [*always, *(n for n in ranked if n not in always)]
+    kept = set(within_bounds(wanted, policy, schema_tokens=schema_tokens, reserved=reserved))
+    names = tuple(n for n in (*ranked, *extras) if n in kept)
+    why = {n: ranking.why(n) for n in names}
+    for name in extras:
+        if name in why:
+            why[name] = f"always_include ({why[name]})"
     return Selection(
-        names=tuple(names),
+        names=names,
         probabilities=tuple(ranking.probability(n) for n in names),
-        fallback=ranking.fallback and policy.respect_fallback,
+        fallback=fallback,
         reason=ranking.fallback_reason if ranking.fallback else None,
         end_probability=end_p,
-        why={n: ranking.why(n) for n in names},
+        why=why,
     )

@@ -517,8 +517,10 @@ class Ranking:
         names: Candidate names (catalogue order, then `END_OF_PLAN`).
         probabilities: One probability per name, summing to 1.
         explanation: What produced the scores (method, cluster, Markov key, backoff, ...).
-        fallback: True when the query looked out of distribution and every tool should be
-            offered to the model; `fallback_reason` says why.
+        fallback: True when the query looks out of distribution: the retriever's evidence
+            for it is not to be trusted (the same meaning for every retriever), so a
+            selection keeps the ranking's best `SelectionPolicy.fallback_k` tools instead of
+            its cut; `fallback_reason` says which test failed (docs/architecture.md).
         fallback_reason: Why the fallback fired, or None.
         notes: Per-tool notes (e.g. "added after fit: query-similarity prior").
     """

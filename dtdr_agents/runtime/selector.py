@@ -9,12 +9,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from dtdr_agents.foundation.errors import InvalidToolError, NotFittedError, UnknownToolError
-from dtdr_agents.foundation.selection import Selection, SelectionPolicy, select
-from dtdr_agents.foundation.types import END_OF_PLAN, Ranking, Toolset
+from dtdr_agents.foundation.selection import SelectionPolicy, select, within_bounds
+from dtdr_agents.foundation.types import END_OF_PLAN, Toolset
 from dtdr_agents.runtime.binding import BINDERS, BindContext
 from dtdr_agents.runtime.checks import (
     DEFAULT_RETRIEVER,
     CatalogueMismatchError,
+    check_int,
     check_tool_list,
     fitted_tools,
     short_names,
@@ -56,6 +57,9 @@ class StepSelector:
             (default `DEFAULT_POLICY`). Used as given.
         binding: Deprecated (warns): a `BindingPolicy` whose fields are set on `policy`.
         token_counter: Token counter for the prompt figures (default `get_token_counter()`).
+        reserved: Slots of `SelectionPolicy.max_tools` taken by tools the stack binds
+            besides the selection (the MCP proxy's two meta-tools): the selection and the
+            bound list hold at most ``max_tools - reserved`` tools.
 
     Raises:
         InvalidToolError: Duplicate or unnamed tools.
@@ -73,8 +77,10 @@ class StepSelector:
         policy: SelectionPolicy | None = None,
         binding: BindingPolicy | None = None,
         token_counter: TokenCounter | None = None,
+        reserved: int = 0,
     ) -> None:
         self.policy = policy or DEFAULT_POLICY
+        self.reserved = int(check_int("StepSelector.reserved", reserved, minimum=0) or 0)
         if binding is not None:
             warnings.warn(
                 "StepSelector(binding=...) is deprecated: pass the binding fields in "
@@ -112,11 +118,12 @@ class StepSelector:
         if (
             binds_all_tools(self.mode)
             and self.policy.max_tools is not None
-            and len(self.toolset) > self.policy.max_tools
+            and len(self.toolset) > self.policy.max_tools - reserved
         ):
             raise ValueError(
                 f"SelectionPolicy.max_tools is {self.policy.max_tools} but mode "
-                f"{self.mode!r} binds every tool ({len(self.toolset)}): use a hard mode"
+                f"{self.mode!r} binds every tool ({len(self.toolset)}"
+                f"{f' and {reserved} of its own' if reserved else ''}): use a hard mode"
             )
         cap = self.policy.cache_cap
         self.cache_cap = cap if cap is not None else (len(self.toolset) if k is None else 3 * k)
@@ -206,41 +213,9 @@ class StepSelector:
         return tuple(h for h in hist if self.toolset.has(h))
 
     # --------------------------------------------------------------------------- selection
-    def _selection(self, ranking: Ranking, policy: SelectionPolicy) -> Selection:
-        selection = select(ranking, policy)
-        if not policy.always_include:
-            return selection
-        ranked = set(select(ranking, dataclasses.replace(policy, always_include=())).names)
-        why = dict(selection.why)
-        for name in policy.always_include:
-            if name not in ranked:
-                why[name] = f"always_include ({ranking.why(name)})"
-        return dataclasses.replace(selection, why=why)
-
-    def _within_budget(self, selection: Selection, policy: SelectionPolicy) -> Selection:
-        """`selection` cut to `policy.max_schema_tokens` (see `SelectionPolicy`)."""
-        budget = policy.max_schema_tokens
-        if budget is None:
-            return selection
-        tokens = self.schema_tokens
-        always = set(policy.always_include)
-        used = sum(tokens[n] for n in selection.names if n in always)
-        kept = {n for n in selection.names if n in always}  # always bound, counted first
-        for name in (n for n in selection.names if n not in always):
-            if used + tokens[name] > budget and kept:
-                break  # the best-first prefix that fits; at least one tool is bound
-            kept.add(name)
-            used += tokens[name]
-        keep = [i for i, n in enumerate(selection.names) if n in kept]
-        if len(keep) == len(selection.names):
-            return selection
-        names = tuple(selection.names[i] for i in keep)
-        return dataclasses.replace(
-            selection,
-            names=names,
-            probabilities=tuple(selection.probabilities[i] for i in keep),
-            why={n: w for n, w in selection.why.items() if n in kept},
-        )
+    def _schema_tokens_for(self, policy: SelectionPolicy) -> dict[str, int] | None:
+        """The schema token counts `select` needs for `policy` (None without a budget)."""
+        return None if policy.max_schema_tokens is None else self.schema_tokens
 
     def select(
         self,
@@ -265,7 +240,8 @@ class StepSelector:
         hist = self.check_history(history)
         ranking = self.retriever.rank(query, hist)
         policy = self.wide_policy if wide else self.policy
-        selection = self._within_budget(self._selection(ranking, policy), policy)
+        tokens = self._schema_tokens_for(policy)
+        selection = select(ranking, policy, schema_tokens=tokens, reserved=self.reserved)
         key = ranking.explanation.get("key")
         shown_key = (
             tuple(str(x) for x in key) if isinstance(key, tuple | list) and len(key) > 0 else None
@@ -304,11 +280,15 @@ class StepSelector:
                     f"the {self.policy.cache!r} binder bound unknown tools {unknown}",
                     tuple(unknown),
                 )
-            budget = policy.max_schema_tokens
-            if budget is not None and sum(self.schema_tokens[n] for n in bound) > budget:
-                bound = prompt.bound  # over budget: restart from the step's selection
-            if policy.max_tools is not None and len(bound) > policy.max_tools:
-                bound = prompt.bound  # over the cap (a grown or recommended list): the selection
+            checked = within_bounds(
+                bound,
+                policy,
+                schema_tokens=tokens,
+                fallback=selection.fallback,
+                reserved=self.reserved,
+            )
+            if checked != bound:  # a grown or recommended list over a bound of the policy
+                bound = prompt.bound  # (fallback_k, max_tools, max_schema_tokens): restart
         return StepRecord(
             query=query,
             history=hist,

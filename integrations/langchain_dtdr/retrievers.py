@@ -23,6 +23,7 @@ from dtdr_agents.foundation.types import Demonstration, Ranking, Toolset, as_his
 from dtdr_agents.retrievers import make_retriever
 from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.runtime import DEFAULT_RETRIEVER
+from dtdr_agents.runtime.prompting import catalogue_schema_tokens, get_token_counter
 from langchain_dtdr.selector import unwrap_retriever
 
 __all__ = ["END_OF_PLAN_CONTENT", "DTDRRetriever"]
@@ -68,7 +69,10 @@ class DTDRRetriever(BaseRetriever):
         policy: A `SelectionPolicy` for the result, used as given (an ``invoke(k=...)``
             replaces its `k`); when set, `k`, `threshold` and `include_end` are not used.
             Default: the top `k` above `threshold`, zero-probability tools included, no
-            out-of-distribution fallback cut.
+            out-of-distribution fallback cut. Every field of the policy applies
+            (`dtdr_agents.select`, the selection path of every stack).
+        token_counter: Counts the tools' schema tokens for ``policy.max_schema_tokens``
+            (None: `dtdr_agents.runtime.prompting.get_token_counter()`, as the runtime).
     """
 
     retriever: ToolRetriever = Field(repr=False)
@@ -77,6 +81,7 @@ class DTDRRetriever(BaseRetriever):
     include_end: bool = False
     ignore_unknown: bool = False
     policy: InstanceOf[SelectionPolicy] | None = None
+    token_counter: Any = Field(default=None, repr=False)
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -180,7 +185,12 @@ class DTDRRetriever(BaseRetriever):
         self, query: str, k: int | None, history: Sequence[str] | str | None
     ) -> list[Document]:
         ranking = self.rank(query, history)
-        selection = select(ranking, self._policy(None if k is None else _check_k(k)))
+        policy = self._policy(None if k is None else _check_k(k))
+        tokens = None
+        if policy.max_schema_tokens is not None:  # counted as the runtime counts them
+            counter = self.token_counter or get_token_counter()
+            tokens = catalogue_schema_tokens(self.retriever.tools_, counter)
+        selection = select(ranking, policy, schema_tokens=tokens)  # the one selection path
         tools = self.retriever.tools_
         method = str(ranking.explanation.get("method", type(self.retriever).__name__))
         docs = []

@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 
-from dtdr_agents.foundation.selection import SelectionPolicy, select
+from dtdr_agents.foundation.selection import SelectionPolicy, select, within_bounds
 from dtdr_agents.foundation.types import Tool, Toolset, output_names
 from dtdr_agents.retrievers.base import ToolRetriever
 from dtdr_agents.runtime import (
@@ -163,13 +163,14 @@ class _State:
     def exposed(self) -> tuple[str, ...]:
         """Upstream tool names the session may call, in the order they are listed."""
         names = list(self.step.bound if self.step is not None else ())
-        policy = self.catalogue.selector.policy
+        selector = self.catalogue.selector
+        policy = selector.policy
         for name in (*policy.always_include, *self.found):
             if name not in names:
                 names.append(name)
-        if policy.max_tools is not None:  # the client's model sees the meta-tools as well
-            names = names[: max(0, policy.max_tools - len(_META_TOOLS))]
-        return tuple(names)
+        # the policy's bounds (`within_bounds`); the client's model sees the meta-tools too
+        tokens = None if policy.max_schema_tokens is None else selector.schema_tokens
+        return within_bounds(names, policy, schema_tokens=tokens, reserved=len(_META_TOOLS))
 
 
 class ProxySession:
@@ -394,13 +395,13 @@ def _selector(
     )
     if not isinstance(retriever, Reloader):
         _retarget(retriever, toolset)
-        return StepSelector(toolset, retriever, policy=policy)
+        return StepSelector(toolset, retriever, policy=policy, reserved=len(_META_TOOLS))
     if isinstance(retriever.load, RetargetingLoad):
         retriever.load.set_toolset(toolset)  # the versions loaded from now on
     for attempt in range(3):
         _retarget(retriever.current(), toolset)
         try:
-            return StepSelector(toolset, retriever, policy=policy)
+            return StepSelector(toolset, retriever, policy=policy, reserved=len(_META_TOOLS))
         except CatalogueMismatchError:
             # a version loaded (for the old tools) while we retargeted: retarget it too
             if attempt == 2:
