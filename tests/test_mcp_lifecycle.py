@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -110,6 +111,24 @@ def _upstream(tmp_path: Path, *flags: str) -> tuple[list[str], Path]:
     return [*argv, "--grandchild", "--pid-file", str(pid_file), *flags], pid_file
 
 
+def initialize(proc: subprocess.Popen[bytes]) -> None:
+    """Send the proxy the MCP ``initialize`` request and wait for its answer.
+
+    The proxy serves its client only once the upstream's start is over, so an answer means
+    the upstream completed its handshake (or failed, which the test then sees).
+    """
+    assert proc.stdin is not None and proc.stdout is not None
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}}
+    hello["clientInfo"] = {"name": "lifecycle-test", "version": "0"}
+    request = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+    proc.stdin.write(json.dumps(request).encode() + b"\n")
+    proc.stdin.flush()
+    ready, _, _ = select.select([proc.stdout], [], [], BOUND)
+    assert ready, "the proxy did not answer initialize"
+    answer = json.loads(proc.stdout.readline())
+    assert answer["id"] == 1 and "result" in answer, answer
+
+
 @contextmanager
 def proxy_process(tmp_path: Path, *flags: str, timeout: float) -> Iterator[subprocess.Popen[bytes]]:
     """``python -m mcp_dtdr`` over stdio (a saved BM25 model) in front of the upstream."""
@@ -123,7 +142,7 @@ def proxy_process(tmp_path: Path, *flags: str, timeout: float) -> Iterator[subpr
     proc = subprocess.Popen(
         argv,
         stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=env,
     )
@@ -133,8 +152,9 @@ def proxy_process(tmp_path: Path, *flags: str, timeout: float) -> Iterator[subpr
         if proc.poll() is None:
             proc.kill()
         proc.wait(BOUND)
-        assert proc.stdin is not None
+        assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.close()
+        proc.stdout.close()
 
 
 def test_an_upstream_that_never_completes_the_handshake_is_ended_at_once(
@@ -156,7 +176,7 @@ def test_a_killed_proxy_leaves_no_upstream(tmp_path: Path, signum: int, hang: bo
     with proxy_process(tmp_path, *flags, timeout=BOUND) as proc:
         pids = started(tmp_path / "upstream.pids")
         if not hang:
-            time.sleep(1.0)  # the handshake completes: the proxy is serving
+            initialize(proc)  # the proxy answers: its upstream completed the handshake
         assert all(alive(p) for p in pids)
         proc.send_signal(signum)
         proc.wait(BOUND)
