@@ -533,6 +533,8 @@ async def serve_proxy_http(
     """
     import uvicorn  # a dependency of mcp
 
+    _check_seconds(session_ttl=session_ttl, expire_interval=expire_interval)
+
     argv = _upstream_argv(upstream_argv)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
@@ -573,6 +575,13 @@ async def serve_proxy_http(
 
 
 TRANSPORTS = ("stdio", "streamable-http")
+
+
+def _check_seconds(**options: Any) -> None:
+    """Each option a number of seconds > 0, or a ValueError naming it."""
+    for option, value in options.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ValueError(f"{option} must be > 0 seconds, got {value!r}")
 
 
 def run_proxy(
@@ -643,13 +652,9 @@ def run_proxy(
     if isinstance(always_include, str):  # tuple() would split it into letters
         raise ValueError(f"always_include must be a list of tool names, got {always_include!r}")
     interval = reload_interval
-    for option, value in (
-        ("reload_interval", interval),
-        ("session_ttl", session_ttl),
-        ("expire_interval", expire_interval),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise ValueError(f"{option} must be > 0 seconds, got {value!r}")
+    _check_seconds(
+        reload_interval=interval, session_ttl=session_ttl, expire_interval=expire_interval
+    )
     config = ProxyConfig(
         k=k,
         always_include=tuple(always_include),
