@@ -25,10 +25,12 @@ GROUPS = (
     "dtdr_agents.cli.core",  # demo, fit, rank, speed
     "dtdr_agents.cli.bench",  # bench, stats, report
     "dtdr_agents.cli.e2e",  # e2e (end-to-end function calling)
+    "dtdr_agents.cli.agent_bench",  # agent-bench (live agents against other tool selections)
     "dtdr_agents.cli.mcp",  # mcp-proxy (history-aware MCP proxy)
     "dtdr_agents.cli.planning",  # toolqp-speed (ToolQP planning overhead)
     "dtdr_agents.cli.recommend",  # recommend-bench (tool sets: TRACC, size, calibration)
     "dtdr_agents.cli.store",  # store import, store stats (the run store)
+    "dtdr_agents.cli.encoder",  # export-encoder (MiniLM on ONNX Runtime, serving without torch)
 )
 """Modules that add commands, in help order."""
 

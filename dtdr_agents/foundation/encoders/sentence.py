@@ -19,9 +19,9 @@ def _load_sentence_transformer(target: str, device: str, local: bool) -> Any:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         from sentence_transformers import SentenceTransformer
-    except ImportError as exc:  # pragma: no cover - a core dependency
+    except ImportError as exc:  # the `model` extra; `serve` runs MiniLM on ONNX instead
         raise EncoderUnavailableError(
-            "sentence-transformers is not installed: pip install sentence-transformers"
+            "sentence-transformers is not installed: pip install 'dtdr-agents[model]'"
         ) from exc
     try:
         return SentenceTransformer(target, device=device)
