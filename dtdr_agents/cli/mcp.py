@@ -6,10 +6,11 @@ import argparse
 from typing import Any
 
 from dtdr_agents.cli._common import CLIError, split_ids
+from dtdr_agents.foundation.extras import install_hint
 from dtdr_agents.store.errors import StoreError
 from dtdr_agents.store.session_limits import DEFAULT_EXPIRE_INTERVAL, DEFAULT_TTL
 
-INSTALL_HINT = "the MCP proxy needs the mcp extra: pip install 'dtdr-agents[mcp]'"
+INSTALL_HINT = install_hint("the MCP proxy", "mcp")  # "... needs the mcp extra: pip install ..."
 
 
 def cmd_mcp_proxy(args: argparse.Namespace) -> int:
