@@ -48,6 +48,7 @@ from langgraph.types import Send
 from dtdr_agents.datasets import Dataset
 from dtdr_agents.evaluation.agent_bench import (
     AGENT,
+    CONTESTANT_IDS,
     RETRIEVE_TOOL,
     SEARCH_TOOL,
     SELECTOR,
@@ -69,16 +70,7 @@ __all__ = [
     "make_contestants",
 ]
 
-CONTESTANTS = (
-    "all-tools",
-    "bigtool",
-    "llm-selector",
-    "search",
-    "dtdr",
-    "dtdr@0demos",
-    "bm25",
-    "dtdr+append",
-)
+CONTESTANTS = CONTESTANT_IDS
 """Every contestant id, in the order the report lists them."""
 
 PLACEHOLDER_URL = "http://agent-bench.invalid/v1"

@@ -20,6 +20,8 @@ from dtdr_agents.evaluation.agent_bench.endpoint import (
     body_hash,
 )
 from dtdr_agents.evaluation.agent_bench.harness import (
+    CONTESTANT_IDS,
+    DEFAULT_CONTESTANTS,
     EXTRA_STEPS,
     FIGURES,
     META_TOOLS,
@@ -53,6 +55,8 @@ from dtdr_agents.evaluation.agent_bench.scoring import (
 
 __all__ = [
     "AGENT",
+    "CONTESTANT_IDS",
+    "DEFAULT_CONTESTANTS",
     "EXTRA_STEPS",
     "FAILURE_REASONS",
     "FIGURES",

@@ -61,6 +61,21 @@ SYSTEM_PROMPT = (
 )
 """The system prompt every contestant's agent gets."""
 
+CONTESTANT_IDS = (
+    "all-tools",
+    "bigtool",
+    "llm-selector",
+    "search",
+    "dtdr",
+    "dtdr@0demos",
+    "bm25",
+    "dtdr+append",
+)
+"""Every contestant id (`langchain_dtdr.agent_bench` builds them), in report order."""
+
+DEFAULT_CONTESTANTS = CONTESTANT_IDS[:-1]
+"""The contestants of issue 37 (``dtdr+append`` is asked for by name)."""
+
 REFERENCE = "dtdr"
 """The contestant every other is compared with (when it runs)."""
 
@@ -522,6 +537,8 @@ def results_json(
 
 __all__ = [
     "COMPARED",
+    "CONTESTANT_IDS",
+    "DEFAULT_CONTESTANTS",
     "EXTRA_STEPS",
     "FIGURES",
     "META_TOOLS",

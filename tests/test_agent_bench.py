@@ -1,0 +1,159 @@
+"""Pure scoring of the live-agent benchmark (issue 37), on hand-computed runs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dtdr_agents.evaluation.agent_bench import (
+    AGENT,
+    ModelCall,
+    RunLog,
+    call_precision,
+    call_recall,
+    failure_reason,
+    loops,
+    matched_calls,
+    order_allowed,
+    plan_success,
+    score_log,
+    simulated_result,
+    summarize,
+)
+from dtdr_agents.foundation.types import CallArguments, Demonstration, Toolset
+
+
+def test_matched_calls_counts_each_gold_call_once() -> None:
+    assert matched_calls(["a", "a", "b"], ["a", "b", "c"]) == 2
+    assert matched_calls(["a", "a"], ["a", "a", "b"]) == 2
+    assert matched_calls([], ["a"]) == 0
+
+
+def test_precision_and_recall_by_hand() -> None:
+    assert call_precision(["a", "x", "b", "a"], ["a", "b", "c"]) == pytest.approx(2 / 4)
+    assert call_recall(["a", "x", "b", "a"], ["a", "b", "c"]) == pytest.approx(2 / 3)
+    assert call_precision([], ["a"]) is None
+    assert call_recall(["a"], []) is None
+
+
+def test_order_allowed_follows_the_edges() -> None:
+    gold = ["a", "b", "c"]
+    # c needs a; b independent
+    assert order_allowed(["b", "a", "c"], gold, [(0, 2)])
+    assert order_allowed(["a", "c", "b"], gold, [(0, 2)])
+    assert not order_allowed(["c", "a", "b"], gold, [(0, 2)])
+    # None: only the recorded order; (): any order
+    assert not order_allowed(["b", "a", "c"], gold, None)
+    assert order_allowed(["a", "b", "c"], gold, None)
+    assert order_allowed(["c", "b", "a"], gold, ())
+    # each gold call once, unless the plan repeats it
+    assert not order_allowed(["a", "a", "b", "c"], gold, ())
+    assert order_allowed(["a", "b", "a"], ["a", "b", "a"], [(1, 2)])
+    # a repeated tool: the second 'a' (index 2) needs b; matching the first 'a' to index 0 works
+    assert not order_allowed(["a", "a", "b"], ["a", "b", "a"], [(1, 2)])
+
+
+def test_plan_success_needs_a_stop_and_no_outside_call() -> None:
+    assert plan_success(["a", "b"], ["a", "b"], None, stopped=True)
+    assert not plan_success(["a", "b"], ["a", "b"], None, stopped=False)
+    assert not plan_success(["a", "b"], ["a", "b"], None, stopped=True, outside=1)
+    assert not plan_success(["a"], ["a", "b"], None, stopped=True)
+
+
+def test_failure_reason_order_and_loops() -> None:
+    assert failure_reason(success=True) is None
+    assert failure_reason(success=False) == "wrong_plan"
+    assert failure_reason(success=False, stopped=False) == "no_stop"
+    assert failure_reason(success=False, outside=1, unparseable=1) == "unknown_tool"
+    assert failure_reason(success=False, step_limit=True, looped=True) == "loop"
+    assert failure_reason(success=False, error=True, step_limit=True) == "agent_error"
+    assert loops([("a", "{}")] * 3)
+    assert not loops([("a", "{}"), ("a", '{"x": 1}'), ("a", "{}")])
+
+
+def _call(calls: list[tuple[str, str]] | None, bound: tuple[str, ...] = ("a", "b")) -> ModelCall:
+    message: dict[str, object] = {"role": "assistant", "content": None if calls else "done"}
+    if calls:
+        message["tool_calls"] = [
+            {"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": a}}
+            for i, (n, a) in enumerate(calls)
+        ]
+    return ModelCall(AGENT, bound, {"choices": [{"message": message}]}, 10.0, 100, True, False)
+
+
+CATALOGUE = Toolset([{"name": "a"}, {"name": "b"}, {"name": "c"}])
+GOLD = Demonstration("do a then b", ("a", "b"), edges=((0, 1),))
+
+
+def test_score_log_success_and_figures() -> None:
+    log = RunLog("x", 0, 5)
+    log.calls += [_call([("a", "{}")]), _call([("b", "{}")]), _call(None)]
+    res = score_log(log, GOLD, CATALOGUE, frozenset())
+    assert res.success and res.stopped and res.failure is None
+    assert (res.matched, res.model_calls, res.prompt_tokens, res.model_ms) == (2, 3, 300, 30.0)
+
+
+def test_score_log_counts_outside_unbound_meta_and_unparseable() -> None:
+    log = RunLog("x", 0, 5)
+    log.calls += [
+        _call([("search_tools", '{"query": "a"}')]),
+        _call([("zzz", "{}")]),
+        _call([("c", "{}")], bound=("a",)),
+        _call([("a", "not json")]),
+    ]
+    res = score_log(log, GOLD, CATALOGUE, frozenset({"search_tools"}))
+    assert (res.meta_calls, res.outside, res.unbound, res.unparseable) == (1, 1, 1, 1)
+    assert res.outside_names == ["zzz"]
+    assert res.called == ["c", "a"]
+    assert not res.stopped and not res.success
+    assert res.failure == "unknown_tool"
+
+
+def test_score_log_step_limit() -> None:
+    log = RunLog("x", 0, 1, limit_hit=True)
+    log.calls += [_call([("a", "{}")])]
+    res = score_log(log, GOLD, CATALOGUE, frozenset())
+    assert res.failure == "step_limit" and not res.stopped
+
+
+def test_simulated_result_uses_the_recorded_label() -> None:
+    demo = Demonstration(
+        "q",
+        ("a", "b", "a"),
+        arguments=(
+            CallArguments.of({}, "API_call_0"),
+            CallArguments.of({}),
+            CallArguments.of({}, "API_call_2"),
+        ),
+    )
+    assert simulated_result(demo, "a", 1) == "Done. Result label: API_call_0"
+    assert simulated_result(demo, "a", 2) == "Done. Result label: API_call_2"
+    assert simulated_result(demo, "b", 1) == "Done. b returned its result."
+    assert simulated_result(demo, "a", 3) == "Done. a returned its result."
+    assert simulated_result(GOLD, "zzz", 1) == "Done. zzz returned its result."
+
+
+def test_summarize_intervals_and_paired_verdict() -> None:
+    from dtdr_agents.evaluation.agent_bench import RunResult
+
+    runs = []
+    for plan in range(20):
+        runs.append(
+            RunResult("dtdr", plan, "scored", 2, success=True, matched=2, called=["a", "b"])
+        )
+        runs.append(
+            RunResult("other", plan, "scored", 2, success=plan < 5, matched=1, called=["a"])
+        )
+    runs.append(RunResult("wide", 0, "does_not_fit", 2, prompt_tokens=9999))
+    out = summarize(runs, ["dtdr", "other", "wide"], 20, n_boot=300)
+    assert out["contestants"]["dtdr"]["success"]["value"] == 1.0
+    assert out["contestants"]["other"]["success"]["value"] == pytest.approx(0.25)
+    assert out["contestants"]["other"]["recall"]["value"] == pytest.approx(0.5)
+    assert out["contestants"]["wide"]["does_not_fit_prompt_tokens"] == 9999
+    comp = {c["b"]: c for c in out["comparisons"]}
+    diff = comp["other"]["success_diff"]
+    assert diff["value"] == pytest.approx(0.75)
+    assert diff["ci"][0] > 0 and diff["verdict"] == "beats"
+    assert "skipped" in comp["wide"]
+    assert math.isfinite(comp["other"]["recall_diff"]["value"])
