@@ -8,8 +8,11 @@ when the plan is done. No figure here comes from a real model.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import socket
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,8 @@ from langchain_dtdr.agent_bench import CONTESTANTS, make_contestants
 
 DATA = Path(__file__).parent / "fixtures" / "datasets" / "taskbench" / "data_tiny"
 META = ("search_tools", "retrieve_tools")
+FITTED: dict[tuple[str, bool], Any] = {}
+"""Retrievers fitted on the fixture's split, shared by the library-level tests."""
 
 
 def _split() -> tuple[Any, Any]:
@@ -116,7 +121,7 @@ def _figures(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_every_contestant_runs_and_replay_rebuilds_the_figures(
-    server: OpenAIChatServer, tmp_path: Path
+    server: OpenAIChatServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "ab.json"
     argv = _argv(out, ",".join(CONTESTANTS), "--k", "2")
@@ -141,6 +146,10 @@ def test_every_contestant_runs_and_replay_rebuilds_the_figures(
     agent = [b for b in server.requests if not b.get("response_format")]
     assert all(b["messages"][0]["content"] == SYSTEM_PROMPT for b in agent)
     asked = len(server.requests)
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0  # the report command prints its tables
+    table = capsys.readouterr().out
+    assert "| dtdr vs bigtool |" in table and "model scripted" in table
     # replay with the server stopped: nothing sent, the same figures
     server.__exit__(None, None, None)
     replay_out = tmp_path / "replay.json"
@@ -175,6 +184,7 @@ def _bench(
         encoder=get_encoder("tfidf"),
         k=2,
         system_prompt=SYSTEM_PROMPT,
+        fitted=FITTED,
     )
     return run_agent_bench(test, contestants, endpoint), endpoint
 
@@ -221,6 +231,48 @@ def test_a_fault_that_outlasts_the_retries_fails_the_run_and_exits_non_zero(
         assert report["contestants"]["all-tools"]["endpoint_errors"] >= 1
         rows = [*StepCache(cache).rows(), *StepCache(f"{out}.steps.jsonl").rows()]
         assert all(row["response"].get("choices") for row in rows)  # no fault was cached
+
+
+@contextlib.contextmanager
+def dropping_server() -> Iterator[tuple[str, list[int]]]:
+    """A loopback socket that reads each request and closes without answering."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    sock.settimeout(0.05)
+    accepted = [0]
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.recv(1 << 16)
+                accepted[0] += 1
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1", accepted
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        sock.close()
+
+
+def test_a_dropped_connection_is_retried_and_the_run_is_an_endpoint_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    clear_proxies(monkeypatch)
+    cache = tmp_path / "c.jsonl"
+    with dropping_server() as (url, accepted):
+        runs, _ = _bench(url, cache, ("dtdr",), max_retries=1)
+    assert runs and all(r.status == "endpoint_error" for r in runs)
+    assert accepted[0] == 2 * len(runs)  # each run's first request: one try and one retry
+    assert len(StepCache(cache)) == 0
 
 
 def test_bad_answers_are_failures_with_reasons(

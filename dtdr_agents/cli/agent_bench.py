@@ -51,8 +51,8 @@ def cmd_agent_bench(args: argparse.Namespace) -> int:
         from langchain_dtdr.agent_bench import CONTESTANTS, make_contestants
     except ImportError as exc:
         raise CLIError(
-            f"agent-bench runs its contestants on LangChain: pip install 'dtdr-agents[bench]' "
-            f"({exc})"
+            "agent-bench runs its contestants on LangChain: "
+            f"pip install 'dtdr-agents[langchain,openai,bench]' ({exc})"
         ) from exc
     unknown = [n for n in names if n not in CONTESTANTS]
     if unknown:

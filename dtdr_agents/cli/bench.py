@@ -227,6 +227,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         print(format_e2e_markdown(report))
         return 0
+    if report.get("kind") == "agent-bench":
+        from dtdr_agents.evaluation.agent_bench import format_agent_bench_markdown
+
+        print(format_agent_bench_markdown(report))
+        return 0
     print(format_report_markdown(report))
     return 0
 

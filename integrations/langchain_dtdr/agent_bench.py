@@ -24,7 +24,7 @@ request body to the benchmark's `BenchEndpoint` (cache, retries, replay, step li
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Annotated, Any
 
 import httpx
@@ -334,6 +334,7 @@ def make_contestants(
     k: int = 5,
     seed: int = 0,
     system_prompt: str,
+    fitted: MutableMapping[tuple[str, bool], Any] | None = None,
 ) -> list[GraphContestant]:
     """Build the named contestants over one shared chat model.
 
@@ -347,6 +348,8 @@ def make_contestants(
         k: Tools per selection (top-k, the selector's ``max_tools``, a search's results).
         seed: Seed of the retrievers.
         system_prompt: The system prompt of every agent.
+        fitted: Retrievers fitted so far, by (id, zero demonstrations): reused, and the ones
+            fitted here are added (share it between calls over the same splits).
 
     Raises:
         ValueError: An unknown contestant id, or a retriever that cannot be built here.
@@ -357,7 +360,7 @@ def make_contestants(
     model = bench_chat_model(endpoint, AGENT)
     current = _Current()
     lc_tools = simulated_tools(tools, current)
-    fitted: dict[tuple[str, bool], Any] = {}
+    fitted = {} if fitted is None else fitted
 
     def retriever(rid: str, zero: bool = False) -> Any:
         if (rid, zero) not in fitted:
