@@ -229,13 +229,14 @@ class HybridRetriever(HybridFeatures):
                             targets.append(mask)
                             step_fold.append(f)
             held_out = _HeldOut.stack(feats, targets)
-            l2 = self.l2
+            l2: float | None = self.l2
             if self.select_l2 and 0 < len(held_out.x) <= L2_SELECT_ROWS:
                 groups = np.array(step_fold) % min(L2_SELECT_GROUPS, folds)
-                choices = [self.l2 * m for m in L2_MULTIPLES]
+                choices: list[float | None] = [self.l2 * m for m in L2_MULTIPLES]
+                choices.append(None)  # the prior itself: kept unless the steps clearly beat it
                 l2, self.cv_["l2_losses"] = _select_l2(held_out, groups, prior, choices)
             self.cv_["l2"] = l2
-            weights = _fit_combiner(held_out, prior, l2)
+            weights = prior if l2 is None else _fit_combiner(held_out, prior, l2)
             self.cv_["held_out_steps"] = held_out.n_steps
             self.cv_["held_out_mrr"] = _held_out_mrr(held_out, weights)
             del held_out

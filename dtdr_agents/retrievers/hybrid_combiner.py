@@ -41,6 +41,7 @@ FEATURES: tuple[str, ...] = (
     "last_call_sim",
     "knn_plan",
     "knn_next",
+    "knn_follow",
     # the request's clauses (its sub-goals) against the calls made so far
     "clause_rel",
     "clause_open",
@@ -54,6 +55,7 @@ FEATURES: tuple[str, ...] = (
     "end_n_calls",
     "end_first_step",
     "end_knn",
+    "end_knn_follow",
     "end_zero_shot",
 )
 """The combiner's features, in weight order (see the module docstring)."""
@@ -81,6 +83,8 @@ PRIOR_WEIGHTS: dict[str, float] = {
     "graph_rank": 2.0,
     "artefact_flow": 2.0,
     "end_zero_shot": 1.0,
+    "knn_follow": 6.0,
+    "end_knn_follow": 6.0,
 }
 """Zero-shot prior of the combiner: the zero-shot model itself.
 
@@ -101,7 +105,16 @@ demonstrations, and as the centre of the combiner's penalty otherwise, so that a
 demonstrations move the hybrid from the zero-shot model rather than from a weaker one. Rank
 fusion needs no score scale, so it does not favour BM25 or dense similarity on catalogues
 where the other is the better zero-shot ranker (BM25 on Seal-Tools' short requests, dense on
-TaskBench-HF)."""
+TaskBench-HF).
+
+The demonstrations count from the first one (`knn_follow`, `end_knn_follow`, 0 with none): a
+close demonstration whose first calls are the calls made so far votes for its next call, or
+for end-of-plan where its plan ends there, as far as its request stands out from the
+request's typical demonstration (`_KnnVotes`). With two matching demonstrations among five,
+the recipe request of issue 40 ranked end-of-plan first after two of its four calls without
+them (the zero-shot stop rule counts two clauses); with them, every step's demonstrated call
+first (`tests/test_few_demos.py`). Weight 6: at 3 and 4, two of that test's six requests
+lost a step to a tool their words match better (one still does at 6: its first step)."""
 
 RIDGE = 0.1
 """A plain L2 on the weights added to the combiner's pull on the scores (relative to it).
@@ -159,11 +172,15 @@ class _HeldOut:
 
     def loss(self, weights: np.ndarray) -> float:
         """Summed negative log-probability of each step's acceptable candidates."""
+        return float(self.step_losses(weights).sum())
+
+    def step_losses(self, weights: np.ndarray) -> np.ndarray:
+        """Each step's negative log-probability of its acceptable candidates."""
         if self.n_steps == 0:
-            return 0.0
+            return np.zeros(0)
         s = self.x @ weights
         lse_good = self.log_sum_exp(np.where(self.good, s, -np.inf))
-        return float((self.log_sum_exp(s) - lse_good).sum())
+        return np.asarray(self.log_sum_exp(s) - lse_good, dtype=np.float64)
 
     @cached_property
     def step_of_row(self) -> np.ndarray:
@@ -230,25 +247,53 @@ def _fit_combiner(held: _HeldOut, prior: np.ndarray, l2: float) -> np.ndarray:
 
 
 def _select_l2(
-    held: _HeldOut, groups: np.ndarray, prior: np.ndarray, choices: Sequence[float]
-) -> tuple[float, dict[str, float]]:
-    """The pull among `choices` whose combiner predicts held-out groups of steps best.
+    held: _HeldOut, groups: np.ndarray, prior: np.ndarray, choices: Sequence[float | None]
+) -> tuple[float | None, dict[str, float]]:
+    """The pull among `choices` (None: the prior itself) that held-out groups of steps support.
 
-    For each choice, the combiner is fitted on all groups of steps but one and its loss
-    (`_HeldOut.loss`) summed over the left-out groups; the choice of least loss wins (ties:
-    the weakest pull). `groups` gives each step's group (its demonstration's, so that no
-    request is on both sides).
+    For each choice, the combiner is fitted on all groups of steps but one and each step of
+    the left-out group is scored (`_HeldOut.step_losses`). The choice of least summed loss is
+    the best; the strongest pull whose loss is within one standard error of the best's (of
+    the paired per-step differences) is chosen: the one-standard-error rule of
+    cross-validated penalties (Breiman et al. 1984; glmnet's ``lambda.1se``). A few held-out
+    steps cannot tell a fitted mix from the prior, so few demonstrations keep the zero-shot
+    model (and the neighbours' plans it reads) unless they clearly beat it; many steps give
+    a small error and the best pull. `groups` gives each step's group (its
+    demonstration's, so that no request is on both sides).
 
     Returns:
-        (the chosen pull, each choice's summed loss by ``str(choice)``).
+        (the chosen pull, each choice's summed loss by `pull_name`).
     """
     splits = [(held.take(groups != g), held.take(groups == g)) for g in np.unique(groups)]
-    losses = {
-        str(l2): sum(out.loss(_fit_combiner(fit, prior, l2)) for fit, out in splits)
-        for l2 in choices
+    per_step = {
+        pull_name(c): np.concatenate(
+            [
+                out.step_losses(prior if c is None else _fit_combiner(fit, prior, c))
+                for fit, out in splits
+            ]
+        )
+        for c in choices
     }
-    best = min(choices, key=lambda c: (losses[str(c)], c))
-    return best, losses
+    losses = {name: float(v.sum()) for name, v in per_step.items()}
+    best = min(choices, key=lambda c: (losses[pull_name(c)], _strength(c)))
+
+    def within_one_error(c: float | None) -> bool:
+        d = per_step[pull_name(c)] - per_step[pull_name(best)]
+        if len(d) < 2:
+            return c == best
+        return float(d.sum()) <= float(d.std(ddof=1)) * float(np.sqrt(len(d)))
+
+    chosen = max((c for c in choices if within_one_error(c)), key=_strength)
+    return chosen, losses
+
+
+def pull_name(pull: float | None) -> str:
+    """A pull's name in `cv_["l2_losses"]`: its value, or "prior" for the prior itself."""
+    return "prior" if pull is None else str(pull)
+
+
+def _strength(pull: float | None) -> float:
+    return float("inf") if pull is None else pull
 
 
 def _held_out_mrr(held: _HeldOut, weights: np.ndarray) -> dict[str, float]:

@@ -122,6 +122,34 @@ class _QueryState:
     media: int = 0  # the media kinds whose files the request names (`request_media`)
     # (the DTDR-L models, their logits of the query's block): the same at every step
     linear_query: tuple[tuple[object, object], list[np.ndarray]] | None = None
+    # each neighbour's weight times how far it stands out from the request's typical
+    # demonstration (`_knn`: a plan's first call counts by it before any call is made)
+    first_weights: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class _KnnVotes:
+    """The nearest demonstrations' votes at one step (each weighted by its `neighbours` weight).
+
+    `plan`, `next` and `end` read a neighbour's plan as a multiset of calls still to make;
+    `follow` and `end_follow` count only the neighbours whose first calls are the calls made
+    so far (in any order): such a plan says which call comes next (`follow`), and whether the
+    work is done (`end_follow`: + the weight of those that end here, - of those that go on).
+    """
+
+    plan: dict[int, float]
+    next: dict[int, float]
+    end: float
+    follow: dict[int, float]
+    end_follow: float
+
+
+def _same_calls(calls: list[int], counts: dict[int, int]) -> bool:
+    """Whether `calls` are the calls counted in `counts` (as a multiset)."""
+    seen: dict[int, int] = {}
+    for t in calls:
+        seen[t] = seen.get(t, 0) + 1
+    return seen == counts
 
 
 @dataclass(frozen=True)
@@ -301,12 +329,16 @@ class HybridFeatures(ToolRetriever):
             thr = self.chains_.ood_threshold_
             far = dist / thr if thr else 0.0
         neighbours: tuple[tuple[int, float], ...] = ()
+        first_weights: tuple[float, ...] = ()
         if len(self.knn_queries_):
             sims = self.knn_queries_ @ qvec
             k = min(KNN, len(sims))
             top = np.argpartition(-sims, k - 1)[:k]
             w = softmax(sims[top] / KNN_TEMPERATURE)
             neighbours = tuple((int(j), float(v)) for j, v in zip(top, w, strict=True))
+            typical = float(np.median(sims))  # how close a demonstration is, as a rule
+            lead = np.clip((sims[top] - typical) / max(1.0 - typical, 1e-9), 0.0, 1.0)
+            first_weights = tuple(float(v) for v in lead)
         # Only the learned parts add tools to a step beyond these candidates, so only their
         # tools' BM25 scores are kept: not a catalogue-sized vector per remembered request.
         bm25_learned = bm25[self._learned_rows]
@@ -347,6 +379,7 @@ class HybridFeatures(ToolRetriever):
             goals_from,
             goals=goal_vectors,
             media=request_media(query),
+            first_weights=first_weights,
         )
 
     # --------------------------------------------------------------------- planned sub-goals
@@ -423,9 +456,7 @@ class HybridFeatures(ToolRetriever):
         else:
             self._keep_plan(query, plan, None)
 
-    def _knn(
-        self, qs: _QueryState, history: tuple[str, ...]
-    ) -> tuple[dict[int, float], dict[int, float], float]:
+    def _knn(self, qs: _QueryState, history: tuple[str, ...]) -> _KnnVotes:
         """Neighbours' votes: tools left in their plans, their next call, and end-of-plan."""
         done: dict[int, int] = {}
         for h in history:
@@ -433,11 +464,22 @@ class HybridFeatures(ToolRetriever):
             done[i] = done.get(i, 0) + 1
         plan_votes: dict[int, float] = {}
         next_votes: dict[int, float] = {}
-        end_vote = 0.0
-        for j, weight in qs.neighbours:
+        follow_votes: dict[int, float] = {}
+        end_vote = end_follow = 0.0
+        n = len(history)
+        for (j, weight), first_weight in zip(qs.neighbours, qs.first_weights, strict=True):
+            plan = self.knn_plans_[j].tolist()
+            if len(plan) >= n and _same_calls(plan[:n], done):
+                # the calls so far are this plan's first calls: it says what comes next, as
+                # far as its request stands out from the request's typical demonstration
+                if len(plan) > n:
+                    follow_votes[plan[n]] = follow_votes.get(plan[n], 0.0) + first_weight
+                    end_follow -= first_weight
+                else:
+                    end_follow += first_weight
             left = dict(done)
             remaining = []
-            for t in self.knn_plans_[j].tolist():
+            for t in plan:
                 if left.get(t, 0) > 0:
                     left[t] -= 1
                 else:
@@ -448,7 +490,7 @@ class HybridFeatures(ToolRetriever):
             next_votes[remaining[0]] = next_votes.get(remaining[0], 0.0) + weight
             for t in set(remaining):
                 plan_votes[t] = plan_votes.get(t, 0.0) + weight
-        return plan_votes, next_votes, end_vote
+        return _KnnVotes(plan_votes, next_votes, end_vote, follow_votes, end_follow)
 
     def set_candidate_source(self, source: CandidateSource | None) -> Self:
         """Take the dense candidates from `source` (e.g. a shared vector store), or None.
@@ -573,7 +615,8 @@ class HybridFeatures(ToolRetriever):
             k = min(L_TOP, len(mean))
             top = np.argpartition(-mean, k - 1)[:k]
             extra.append(self._linear_map[top])
-        plan_votes, next_votes, end_vote = self._knn(qs, history)
+        votes = self._knn(qs, history)
+        plan_votes = votes.plan
         if plan_votes:
             extra.append(np.fromiter(plan_votes, dtype=np.int64, count=len(plan_votes)))
         cands = qs.candidates
@@ -657,12 +700,17 @@ class HybridFeatures(ToolRetriever):
             if 0 <= last < len(self.fit_tools_):
                 x[:n_c, _F["last_call_sim"]] = sims.tools @ self.tool_embeddings_[last]
         self._clause_features(qs, history, sims, x)
-        self._zero_shot_features(qs, history, cands, sims, x)
+        self._zero_shot_features(qs, history, cands, sims, x, demos_go_on=votes.end_follow < 0)
         x[n_c, _F["end_n_calls"]] = np.log1p(len(history))
         x[n_c, _F["end_first_step"]] = float(not history)
-        x[n_c, _F["end_knn"]] = end_vote
-        for votes, col in ((plan_votes, _F["knn_plan"]), (next_votes, _F["knn_next"])):
-            for t, v in votes.items():
+        x[n_c, _F["end_knn"]] = votes.end
+        x[n_c, _F["end_knn_follow"]] = votes.end_follow
+        for tool_votes, col in (
+            (plan_votes, _F["knn_plan"]),
+            (votes.next, _F["knn_next"]),
+            (votes.follow, _F["knn_follow"]),
+        ):
+            for t, v in tool_votes.items():
                 if t != end and pos[t] >= 0:
                     x[pos[t], col] = v
         return labels, x
@@ -696,6 +744,8 @@ class HybridFeatures(ToolRetriever):
         cands: np.ndarray,
         step: _StepSims,
         x: np.ndarray,
+        *,
+        demos_go_on: bool = False,
     ) -> None:
         """Fill the columns of the zero-shot model against the calls so far (in place).
 
@@ -712,7 +762,11 @@ class HybridFeatures(ToolRetriever):
         call (the prior weighs them -0.5: the request counts half once work has begun).
         `end_zero_shot`
         (end-of-plan's row) makes end-of-plan's probability under
-        the prior weights the zero-shot stop rule's (`stop_probability`).
+        the prior weights the zero-shot stop rule's (`stop_probability`). The rule yields to
+        the demonstrations where the closest ones whose first calls are the calls made so far
+        mostly go on (`demos_go_on`, `_KnnVotes.end_follow` below 0): the calls made are then
+        counted as one short of the sub-goals stated (a sub-goal that still asks for the last
+        call's output takes one call off the count).
         """
         n_c = len(cands)
         open_sim = self._open_sub_goals(step)
@@ -734,7 +788,9 @@ class HybridFeatures(ToolRetriever):
             x[:n_c, _F["request_after_call"]] = np.where(called, worst, request)
         fused = x[:n_c] @ _PRIOR
         done = len(history)
-        if done >= qs.n_goals and self._pending(qs, history, cands, step, called):
+        if done >= qs.n_goals and demos_go_on:
+            done = qs.n_goals - 1  # the closest demonstrations that made these calls go on
+        elif done >= qs.n_goals and self._pending(qs, history, cands, step, called):
             done -= 1  # a sub-goal still asks for a tool that takes the last call's output
         p_end = min(max(stop_probability(qs.n_goals, done), 1e-9), 1.0 - 1e-9)
         top = float(fused.max()) if n_c else 0.0
