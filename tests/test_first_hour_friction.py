@@ -290,6 +290,14 @@ def test_fit_skip_bad_skips_a_stored_run_that_names_an_unknown_tool(
     assert "fitting dtdr-c on 2 demonstrations, 3 tools" in err
 
 
+def test_one_demonstration_is_one_demonstration() -> None:
+    from dtdr_agents import Demonstration, make_retriever
+
+    tools = [{"name": "a", "description": "first tool"}, {"name": "b", "description": "second"}]
+    one = make_retriever("hybrid", encoder="tfidf").fit([Demonstration("do a", ("a",))], tools)
+    assert one.rank("do a").explanation["zero_shot"] == "1 demonstration: nothing to cross-fit"
+
+
 def test_counts_take_the_right_plural(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from dtdr_agents.datasets.base import Problem
     from dtdr_agents.datasets.stats import problem_summary

@@ -47,6 +47,7 @@ from dtdr_agents.foundation.clauses import request_clauses
 from dtdr_agents.foundation.encoders import Encoder
 from dtdr_agents.foundation.errors import ModelLoadError
 from dtdr_agents.foundation.types import END_OF_PLAN, Demonstration, Toolset
+from dtdr_agents.foundation.words import plural
 from dtdr_agents.planning.planners import Planner
 from dtdr_agents.retrievers.base import Scores, ToolRetriever, softmax
 from dtdr_agents.retrievers.bm25 import BM25Retriever
@@ -229,14 +230,13 @@ class HybridRetriever(HybridFeatures):
                             targets.append(mask)
                             step_fold.append(f)
             held_out = _HeldOut.stack(feats, targets)
-            l2: float | None = self.l2
+            l2 = self.l2
             if self.select_l2 and 0 < len(held_out.x) <= L2_SELECT_ROWS:
                 groups = np.array(step_fold) % min(L2_SELECT_GROUPS, folds)
-                choices: list[float | None] = [self.l2 * m for m in L2_MULTIPLES]
-                choices.append(None)  # the prior itself: kept unless the steps clearly beat it
+                choices = [self.l2 * m for m in L2_MULTIPLES]
                 l2, self.cv_["l2_losses"] = _select_l2(held_out, groups, prior, choices)
             self.cv_["l2"] = l2
-            weights = prior if l2 is None else _fit_combiner(held_out, prior, l2)
+            weights = _fit_combiner(held_out, prior, l2)
             self.cv_["held_out_steps"] = held_out.n_steps
             self.cv_["held_out_mrr"] = _held_out_mrr(held_out, weights)
             del held_out
@@ -318,8 +318,8 @@ class HybridRetriever(HybridFeatures):
             return Scores(
                 out,
                 {
-                    "zero_shot": f"{self.cv_.get('n_demos', 0)} demonstrations: nothing to "
-                    "cross-fit",
+                    "zero_shot": plural(self.cv_.get("n_demos", 0), "demonstration")
+                    + ": nothing to cross-fit",
                     "stop": f"zero-shot stop rule p={end:.3f}",
                     "candidates": len(labels),
                     "sub_goals": self._query_state(query).goals_from,
