@@ -1,15 +1,19 @@
-"""Pure scoring of the live-agent benchmark (issue 37), on hand-computed runs."""
+"""Pure scoring and the cached endpoint of the live-agent benchmark (issue 37), by hand."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
 from dtdr_agents.evaluation.agent_bench import (
     AGENT,
+    BenchEndpoint,
     ModelCall,
     RunLog,
+    StepLimitError,
+    body_hash,
     call_precision,
     call_recall,
     failure_reason,
@@ -21,7 +25,9 @@ from dtdr_agents.evaluation.agent_bench import (
     simulated_result,
     summarize,
 )
+from dtdr_agents.evaluation.e2e import StepCache, StepNotCachedError
 from dtdr_agents.foundation.types import CallArguments, Demonstration, Toolset
+from dtdr_agents.runtime.tokens import CharApproxCounter
 
 
 def test_matched_calls_counts_each_gold_call_once() -> None:
@@ -157,3 +163,60 @@ def test_summarize_intervals_and_paired_verdict() -> None:
     assert diff["ci"][0] > 0 and diff["verdict"] == "beats"
     assert "skipped" in comp["wide"]
     assert math.isfinite(comp["other"]["recall_diff"]["value"])
+
+
+class _Chat:
+    """Answers every request with one text completion, or raises `fail` (counting calls)."""
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.fail = fail
+        self.asked = 0
+
+    def create(self, messages: object, **kwargs: object) -> dict[str, object]:
+        self.asked += 1
+        if self.fail is not None:
+            raise self.fail
+        message = {"role": "assistant", "content": "done"}
+        return {"choices": [{"message": message}], "usage": {"prompt_tokens": 7}}
+
+
+BODY = {"messages": [{"role": "user", "content": "hi"}], "tools": []}
+
+
+def test_endpoint_caches_by_body_and_enforces_the_step_limit(tmp_path: Path) -> None:
+    chat = _Chat()
+    endpoint = BenchEndpoint(
+        "m", StepCache(tmp_path / "c.jsonl"), chat, counter=CharApproxCounter()
+    )  # type: ignore[arg-type]
+    endpoint.begin("x", 0, 2)
+    endpoint.complete(BODY)
+    endpoint.complete(dict(reversed(list(BODY.items()))))  # the same body, keys reordered
+    with pytest.raises(StepLimitError):
+        endpoint.complete(BODY)
+    log = endpoint.end()
+    assert chat.asked == 1 and log.limit_hit
+    assert [c.cached for c in log.calls] == [False, True]
+    assert [c.prompt_tokens for c in log.calls] == [7, 7]
+    assert body_hash({"a": 1, "b": 2}) == body_hash({"b": 2, "a": 1})
+    # a replay answers from the cache, and names what is missing
+    replay = BenchEndpoint("m", StepCache(tmp_path / "c.jsonl"), None, counter=CharApproxCounter())
+    replay.begin("x", 0, 5)
+    assert replay.complete(BODY)["choices"]
+    with pytest.raises(StepNotCachedError, match="x on plan 0"):
+        replay.complete({**BODY, "tools": [{"type": "function", "function": {"name": "t"}}]})
+    assert replay.end().missing is not None
+
+
+def test_endpoint_fault_is_marked_and_never_cached(tmp_path: Path) -> None:
+    from dtdr_agents.foundation.errors import ChatModelError
+    from dtdr_agents.foundation.retry import EndpointFaultError
+
+    fault = ChatModelError("failed")
+    fault.__cause__ = EndpointFaultError("HTTP 200 with no choices")
+    cache = StepCache(tmp_path / "c.jsonl")
+    endpoint = BenchEndpoint("m", cache, _Chat(fault), counter=CharApproxCounter())  # type: ignore[arg-type]
+    endpoint.begin("x", 0, 5)
+    with pytest.raises(ChatModelError):
+        endpoint.complete(BODY)
+    assert endpoint.end().fault == "endpoint"
+    assert len(cache) == 0 and not (tmp_path / "c.jsonl").exists()

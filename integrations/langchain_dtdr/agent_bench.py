@@ -107,6 +107,7 @@ def bench_chat_model(endpoint: BenchEndpoint, role: str = AGENT) -> ChatOpenAI:
         temperature=0.0,
         max_retries=0,
         http_client=httpx.Client(transport=BenchTransport(endpoint, role)),
+        http_socket_options=(),  # our transport dials nothing: no socket options to apply
     )
 
 
