@@ -36,7 +36,9 @@ features are `dtdr_agents.retrievers.hybrid_features`. This module re-exports th
 
 from __future__ import annotations
 
+import dataclasses
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Self
 
@@ -73,6 +75,8 @@ from dtdr_agents.retrievers.hybrid_features import (
     CandidateSource,
     HybridFeatures,
 )
+from dtdr_agents.retrievers.hybrid_ood import MIN_DEMO_REFERENCE, OODCalibration
+from dtdr_agents.retrievers.hybrid_ood import calibrate as calibrate_ood
 from dtdr_agents.retrievers.index import EXACT_LIMIT, CandidateIndex
 from dtdr_agents.retrievers.linear import DTDRL
 from dtdr_agents.retrievers.tool_graph import given_edges
@@ -195,6 +199,7 @@ class HybridRetriever(HybridFeatures):
         finally:
             self.goal_planner = planner
             self._plans = None
+        self._calibrate_ood(demos, tools)
 
     def _fit_hybrid(self, demos: list[Demonstration], tools: Toolset) -> None:
         assert self.tool_embeddings_ is not None
@@ -304,6 +309,9 @@ class HybridRetriever(HybridFeatures):
 
     # ------------------------------------------------------------------------------ scoring
     def _score(self, query: str, history: tuple[str, ...]) -> Scores:
+        return dataclasses.replace(self._mixed_score(query, history), ood_reason=self._ood(query))
+
+    def _mixed_score(self, query: str, history: tuple[str, ...]) -> Scores:
         labels, x = self._step_features(query, history)
         s = x @ self.weights_
         p = softmax(s)
@@ -341,6 +349,56 @@ class HybridRetriever(HybridFeatures):
         if qs.source_note is not None:
             explanation["candidate_source"] = qs.source_note
         return Scores(out, explanation, tool_why=why, replaces=tuple(explanation))
+
+    # ------------------------------------------------------------------ out of distribution
+    def _calibrate_ood(self, demos: list[Demonstration], tools: Toolset) -> None:
+        """Calibrate `ood_` (`hybrid_ood.calibrate`) on the catalogue and the demonstrations."""
+        assert self.encoder_ is not None and self.tool_embeddings_ is not None
+        queries = list(dict.fromkeys(d.query for d in demos))
+        vectors = (
+            self.encoder_.encode(queries).astype(np.float32)
+            if len(queries) >= MIN_DEMO_REFERENCE
+            else np.zeros((0, self.encoder_.dim), dtype=np.float32)
+        )
+        rows = [self._label_index[t.name] for t in tools]  # the fit catalogue's embeddings
+        self.ood_: OODCalibration | None = calibrate_ood(
+            self.tool_embeddings_[rows], vectors, seed=self.seed
+        )
+
+    def _ood(self, query: str) -> str | None:
+        """Why `query` is out of distribution (`OODCalibration.reason`), or None."""
+        calibration = getattr(self, "ood_", None)
+        if calibration is None:  # a model saved before the calibration: never flags
+            return None
+        return self._memo(query, "ood", lambda q: self._ood_reason(calibration, q))
+
+    def _ood_reason(self, calibration: OODCalibration, query: str) -> str | None:
+        qs = self._query_state(query)
+        nearest = None
+        if calibration.nearest is not None and len(self.knn_queries_):
+            nearest = float((self.knn_queries_ @ qs.qvec).max())
+        return calibration.reason(qs.bm25_max, qs.cos_max, nearest)
+
+    def _ood_state(self) -> dict[str, Any] | None:
+        calibration = getattr(self, "ood_", None)
+        return None if calibration is None else calibration.to_state()
+
+    def _set_ood_state(self, state: Mapping[str, Any]) -> None:
+        """Read the calibration; a model saved without one loads, warns and never flags."""
+        saved = state.get("ood")
+        if saved is None:
+            self.ood_ = None
+            warnings.warn(
+                "this hybrid model was saved without an out-of-distribution calibration (by a "
+                "version before it): it never flags a request as out of distribution; fit it "
+                "again to calibrate one",
+                UserWarning,
+                stacklevel=4,
+            )
+            return
+        if not isinstance(saved, Mapping):
+            raise ModelLoadError(f"corrupt hybrid state: ood must be an object, got {saved!r}")
+        self.ood_ = OODCalibration.from_state(saved)
 
     def set_params(self, **params: Any) -> Self:
         """Set constructor arguments (e.g. `goal_planner` after `load`); plans are dropped."""
@@ -418,6 +476,7 @@ class HybridRetriever(HybridFeatures):
             "index": index_cfg,
             "features": list(FEATURES),
             "feature_revision": FEATURE_REVISION,
+            "ood": self._ood_state(),
         }
         arrays: dict[str, np.ndarray] = {
             "weights": self.weights_,
@@ -470,6 +529,7 @@ class HybridRetriever(HybridFeatures):
         ):
             raise ModelLoadError("corrupt hybrid state: the demonstrations' plans are inconsistent")
         self.knn_plans_ = list(np.split(flat, np.cumsum(lengths)[:-1])) if len(lengths) else []
+        self._set_ood_state(state)
         assert self.tool_embeddings_ is not None
         self.bm25_ = BM25Retriever()
         self._restore_part(self.bm25_, self.fit_tools_, {"vocabulary_size": None}, {})
