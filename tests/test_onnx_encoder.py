@@ -1,9 +1,10 @@
 """MiniLM on ONNX Runtime (issue 38 item 2): selection, the export's checks, same vectors and
-rankings as torch, and `rank` plus the MCP proxy in a fresh venv that has no torch.
+rankings as torch, and `rank`, the MCP proxy and a LangGraph agent in a fresh venv that has no
+torch.
 
 The first tests need no export (they write `encoder.json` by hand). Those marked `slow` export
 the installed MiniLM (torch, transformers, onnx) once per module; the venv test also installs
-`dtdr-agents[serve]` and `mcp` from PyPI into a plain venv (no system site-packages).
+`dtdr-agents[serve]`, `mcp` and LangGraph from PyPI into a plain venv (no system site-packages).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from dtdr_agents.foundation.selection import SelectionPolicy, select
 from dtdr_agents.retrievers import load_retriever, make_retriever
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+STACK = ("langchain-core>=1.0", "langgraph>=1.0")
+"""The LangGraph stack's frameworks, installed beside `[serve]` (its extra would bring torch)."""
 
 
 def _manifest(folder: Path, **changes: object) -> Path:
@@ -52,6 +55,7 @@ def _manifest(folder: Path, **changes: object) -> Path:
         "pooling": "mean",
         "normalize": True,
         "files": {n: hashlib.sha256(d).hexdigest() for n, d in files.items()},
+        "quantization": "fp32",
     }
     manifest.update(changes)
     (folder / "encoder.json").write_text(json.dumps(manifest), encoding="utf-8")
@@ -84,6 +88,8 @@ def test_the_backend_variable_chooses_and_a_missing_export_is_a_clear_error(
     env.setenv(onnx_mod.BACKEND_ENV, "onnx")
     folder = _manifest(tmp_path / "export")
     assert onnx_mod.onnx_choice("all-MiniLM-L6-v2") == folder
+    with pytest.raises(EncoderUnavailableError, match="is fp32, not int8"):
+        onnx_mod.onnx_choice("onnx-int8")  # the folder named by DTDR_ONNX_ENCODER is fp32
     assert onnx_mod.onnx_choice("tfidf") is None  # other encoders are never redirected
     assert onnx_mod.onnx_choice("/some/other/model") is None
 
@@ -273,6 +279,23 @@ anyio.run(main)
 """
 
 
+_AGENT = """
+import json, sys
+from dtdr_agents import Toolset
+from dtdr_agents.retrievers import load_retriever
+from langchain_dtdr.testing import PlanFollower, ScriptedChatModel, langchain_tools
+from langgraph_dtdr import create_dtdr_agent
+
+model, tools_file, request, plan = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+tools = Toolset(json.load(open(tools_file)))
+chat = ScriptedChatModel(responder=PlanFollower({request: tuple(plan)}, tools))
+agent = create_dtdr_agent(chat, langchain_tools(tools), load_retriever(model), k=3).compile()
+state = agent.invoke({"messages": [("user", request)]})
+print(json.dumps([list(step["bound"]) for step in state["tool_selections"]]))
+"""
+"""A LangGraph agent over a saved model with the package's scripted chat model."""
+
+
 def _run(argv: list[str], env: dict[str, str], timeout: float = 600) -> str:
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"{argv[:3]} exited {done.returncode}: {done.stderr[-2000:]}"
@@ -280,7 +303,7 @@ def _run(argv: list[str], env: dict[str, str], timeout: float = 600) -> str:
 
 
 @pytest.mark.slow
-def test_rank_and_the_mcp_proxy_run_in_a_venv_without_torch(
+def test_rank_the_mcp_proxy_and_a_langgraph_agent_run_in_a_venv_without_torch(
     exports: dict[str, Path], torch_model: tuple[Path, list[str]], tmp_path: Path
 ) -> None:
     folder, queries = torch_model
@@ -297,7 +320,8 @@ def test_rank_and_the_mcp_proxy_run_in_a_venv_without_torch(
             onnx_mod.FOLDER_ENV: str(exports["fp32"]),
         }
     )
-    _run([python, "-m", "pip", "install", "-q", f"{repo}[serve]", "mcp>=2.3,<3"], env, 1500)
+    pip = [python, "-m", "pip", "install", "-q", f"{repo}[serve]", "mcp>=2.3,<3", *STACK]
+    _run(pip, env, 1500)
     missing = _run(
         [
             python,
@@ -345,3 +369,17 @@ def test_rank_and_the_mcp_proxy_run_in_a_venv_without_torch(
     assert [n for n in shown if n not in ("set_task", "search_tools")] == [
         n for n in reference.tools_.names if n in sel.names
     ]
+
+    demo = data.demos[200]  # a held-out request with its plan: the agent's bound tools per step
+    argv = [str(folder), str(tools), demo.query, *demo.calls]
+    bound = json.loads(_run([python, "-c", _AGENT, *argv], env).splitlines()[-1])
+    here = subprocess.run(
+        [sys.executable, "-c", _AGENT, *argv],
+        env={**env, onnx_mod.BACKEND_ENV: "torch", "PYTHONPATH": str(repo / "integrations")},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    assert bound == json.loads(here.stdout.splitlines()[-1])
+    assert len(bound) == len(demo.calls) + 1  # one selection per call, and one for the answer

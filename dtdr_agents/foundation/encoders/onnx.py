@@ -95,7 +95,7 @@ def onnx_choice(spec: str | None) -> Path | None:
     """
     name = spec or "default"
     if name in ONNX_SPECS:
-        return _existing(export_dir(int8=name == "onnx-int8"), why=f"encoder {name!r}")
+        return _existing(name == "onnx-int8", why=f"encoder {name!r}")
     if name not in _MINILM_ALIASES:
         return None
     backend = (os.environ.get(BACKEND_ENV) or "auto").strip().lower()
@@ -106,7 +106,7 @@ def onnx_choice(spec: str | None) -> Path | None:
     if backend == "torch":
         return None
     if backend != "auto":
-        return _existing(export_dir(int8=backend == "onnx-int8"), why=f"{BACKEND_ENV}={backend}")
+        return _existing(backend == "onnx-int8", why=f"{BACKEND_ENV}={backend}")
     if _torch_installed():
         return None
     folder = export_dir()
@@ -119,8 +119,16 @@ def onnx_choice(spec: str | None) -> Path | None:
     )
 
 
-def _existing(folder: Path, *, why: str) -> Path:
+def _existing(int8: bool, *, why: str) -> Path:
+    """The export folder asked for (`why`), checked to hold the asked quantisation."""
+    folder = export_dir(int8=int8)
     if (folder / MANIFEST_FILE).is_file():
+        kind = _read_json(folder / MANIFEST_FILE).get("quantization")
+        if kind != ("int8" if int8 else "fp32"):
+            raise EncoderUnavailableError(
+                f"{why}: the export in {folder} is {kind}, not {'int8' if int8 else 'fp32'} "
+                f"(its {MANIFEST_FILE}); point {FOLDER_ENV} at the other export"
+            )
         return folder
     raise EncoderUnavailableError(
         f"{why}: no ONNX export of {DEFAULT_MODEL} in {folder} (no {MANIFEST_FILE}); make it "
