@@ -781,8 +781,7 @@ def test_the_prior_is_the_zero_shot_model_and_a_strong_pull_keeps_to_it(
 
     def agree(model: HybridRetriever) -> float:
         same = [
-            at_prior.rank(q, h).top(1)[0].name == model.rank(q, h).top(1)[0].name
-            for q, h in steps
+            at_prior.rank(q, h).top(1)[0].name == model.rank(q, h).top(1)[0].name for q, h in steps
         ]
         return sum(same) / len(same)
 

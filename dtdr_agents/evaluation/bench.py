@@ -96,7 +96,7 @@ def _score(model: ToolRetriever, train: Sequence[Demonstration], test: Dataset) 
 ABLATIONS: tuple[str, ...] = ("history_length", "n_clusters", "n_demos")
 """The ablations `run_ablations` can run (`n_demos` is the learning curve)."""
 
-LEARNING_CURVE_SIZES: tuple[int, ...] = (0, 10, 50, 100, 300, 1000, 3000)
+LEARNING_CURVE_SIZES: tuple[int, ...] = (0, 1, 2, 5, 10, 20, 50, 100, 300, 1000, 3000)
 """Demonstration counts of the learning curve (plus all of them)."""
 
 
@@ -110,10 +110,11 @@ def run_ablations(
 ) -> dict[str, dict[int, dict[str, EvalResult]]]:
     """DTDR-C and DTDR-L by history length, clusters and demonstrations (Figure 6).
 
-    The demonstrations ablation (`n_demos`) is also the learning curve (0, 10, 50, 100, 300,
-    ..., all) of the zero-shot (`bm25`, `qts`), learned (`dtdr-c`, `dtdr-l-s`) and `hybrid`
-    retrievers, on nested seeded random samples of the training split (not its first N: a
-    file sorted by plan length, like Seal-Tools' `dev`, would start with one-call plans only).
+    The demonstrations ablation (`n_demos`) is also the learning curve (0, 1, 2, 5, 10, 20,
+    50, 100, 300, ..., all) of the zero-shot (`bm25`, `qts`), learned (`dtdr-c`,
+    `dtdr-l-s`) and `hybrid` retrievers, on nested seeded random samples of the training
+    split (not its first N: a file sorted by plan length, like Seal-Tools' `dev`, would start
+    with one-call plans only).
     `which` picks ablations from `ABLATIONS`.
     """
     from dtdr_agents.retrievers import DTDRC

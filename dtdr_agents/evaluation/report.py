@@ -368,7 +368,7 @@ ABLATION_TITLES = (
 """The ablations of a bench report (the DTDR paper's Figure 6), with their titles."""
 
 
-ABLATION_FIGURES = ("tool_mrr", "stop_f1", "paper_mrr")
+ABLATION_FIGURES = ("tool_mrr", "stop_f1", "end_first_at_tool_steps", "paper_mrr")
 """The figures kept per ablation point (with `tool_mrr_ci`)."""
 
 

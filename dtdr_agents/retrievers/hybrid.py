@@ -221,11 +221,14 @@ class HybridRetriever(HybridFeatures):
             feats: list[np.ndarray] = []
             targets: list[np.ndarray] = []
             step_fold: list[int] = []
+            step_demo: list[int] = []
             for f in range(folds):
                 train = [d for d, k in zip(demos, fold_of, strict=True) if k != f]
-                held = [d for d, k in zip(demos, fold_of, strict=True) if k == f]
+                held = [
+                    (i, d) for i, (d, k) in enumerate(zip(demos, fold_of, strict=True)) if k == f
+                ]
                 self._fit_learned(train, seed=self.seed + 1 + f)
-                for demo in held:
+                for demo_index, demo in held:
                     for step in demo.steps():
                         cands, x = self._step_features(demo.query, step.history)
                         names = [self.labels_[int(c)] for c in cands]
@@ -234,14 +237,18 @@ class HybridRetriever(HybridFeatures):
                             feats.append(x)
                             targets.append(mask)
                             step_fold.append(f)
+                            step_demo.append(demo_index)
             held_out = _HeldOut.stack(feats, targets)
-            l2 = self.l2
+            l2: float | None = self.l2
             if self.select_l2 and 0 < len(held_out.x) <= L2_SELECT_ROWS:
                 groups = np.array(step_fold) % min(L2_SELECT_GROUPS, folds)
-                choices = [self.l2 * m for m in L2_MULTIPLES]
-                l2, self.cv_["l2_losses"] = _select_l2(held_out, groups, prior, choices)
+                choices: list[float | None] = [self.l2 * m for m in L2_MULTIPLES]
+                choices.append(None)  # the prior itself: kept unless the steps clearly beat it
+                l2, self.cv_["l2_losses"] = _select_l2(
+                    held_out, groups, prior, choices, clusters=np.array(step_demo)
+                )
             self.cv_["l2"] = l2
-            weights = _fit_combiner(held_out, prior, l2)
+            weights = prior if l2 is None else _fit_combiner(held_out, prior, l2)
             self.cv_["held_out_steps"] = held_out.n_steps
             self.cv_["held_out_mrr"] = _held_out_mrr(held_out, weights)
             del held_out

@@ -247,7 +247,11 @@ def _fit_combiner(held: _HeldOut, prior: np.ndarray, l2: float) -> np.ndarray:
 
 
 def _select_l2(
-    held: _HeldOut, groups: np.ndarray, prior: np.ndarray, choices: Sequence[float | None]
+    held: _HeldOut,
+    groups: np.ndarray,
+    prior: np.ndarray,
+    choices: Sequence[float | None],
+    clusters: np.ndarray | None = None,
 ) -> tuple[float | None, dict[str, float]]:
     """The pull among `choices` (None: the prior itself) that held-out groups of steps support.
 
@@ -259,12 +263,16 @@ def _select_l2(
     steps cannot tell a fitted mix from the prior, so few demonstrations keep the zero-shot
     model (and the neighbours' plans it reads) unless they clearly beat it; many steps give
     a small error and the best pull. `groups` gives each step's group (its
-    demonstration's, so that no request is on both sides).
+    demonstration's, so that no request is on both sides). `clusters` gives each step's
+    demonstration: the steps of one plan are scored by parts that saw the same other plans,
+    so their differences are summed per demonstration before the standard error is taken
+    (a clustered standard error; None: each step on its own).
 
     Returns:
         (the chosen pull, each choice's summed loss by `pull_name`).
     """
     splits = [(held.take(groups != g), held.take(groups == g)) for g in np.unique(groups)]
+    order = np.concatenate([np.flatnonzero(groups == g) for g in np.unique(groups)])
     per_step = {
         pull_name(c): np.concatenate(
             [
@@ -274,6 +282,11 @@ def _select_l2(
         )
         for c in choices
     }
+    if clusters is not None:  # the steps' losses (in `order`) summed per demonstration
+        ids, member = np.unique(np.asarray(clusters)[order], return_inverse=True)
+        per_step = {
+            name: np.bincount(member, weights=v, minlength=len(ids)) for name, v in per_step.items()
+        }
     losses = {name: float(v.sum()) for name, v in per_step.items()}
     best = min(choices, key=lambda c: (losses[pull_name(c)], _strength(c)))
 
