@@ -8,10 +8,9 @@ measures the shares on the demo data and TaskBench-HF (`dtdr_agents.evaluation.o
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+from typing import Any
 
-import numpy as np
 import pytest
 
 from dtdr_agents.datasets.base import Dataset
@@ -115,17 +114,22 @@ def test_a_corrupt_calibration_is_refused(fitted: ToolRetriever) -> None:
 @pytest.mark.datasets
 @pytest.mark.skipif(not TASKBENCH.is_dir(), reason="needs ../shared/datasets/taskbench_hf_subset")
 def test_shares_flagged_on_demo_and_taskbench() -> None:
-    """At most 2% of in-distribution steps flagged, at least 90% of unrelated requests."""
+    """At most 2% of in-distribution steps flagged, at least 90% of unrelated requests.
+
+    The measurement of ``python -m dtdr_agents.evaluation.ood_bench --taskbench DIR
+    --demo-n 800 --params '{"select_l2": false}'`` (the signal does not read the combiner's
+    pull; one combiner fit keeps this to a few minutes on 2 cores).
+    """
     from dtdr_agents.datasets import load_train_test
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sets = []
     for name, path in (("demo", None), ("taskbench", TASKBENCH)):
-        train, test = load_train_test(name, path)
+        extra: dict[str, Any] = {"n": 800} if path is None else {}
+        train, test = load_train_test(name, path, **extra)
         sets.append((name, train.demos, test.demos, train.tools))
-    rows = run(sets)
+    rows = run(sets, params={"select_l2": False})
     print(format_shares(rows))
+    assert len(rows) == 4 and all(r.in_steps > 0 for r in rows)
     for row in rows:
         assert row.in_share <= 0.02, row
         assert row.unrelated_share >= 0.90, row
-    assert np.all([r.in_steps > 0 for r in rows])
