@@ -163,6 +163,10 @@ def test_summarize_intervals_and_paired_verdict() -> None:
     assert diff["ci"][0] > 0 and diff["verdict"] == "beats"
     assert "skipped" in comp["wide"]
     assert math.isfinite(comp["other"]["recall_diff"]["value"])
+    # without dtdr, the first contestant that ran is the reference (not one that did not fit)
+    others = [r for r in runs if r.contestant != "dtdr"]
+    out = summarize(others, ["wide", "other"], 20, n_boot=50)
+    assert [(c["a"], c["b"]) for c in out["comparisons"]] == [("other", "wide")]
 
 
 class _Chat:

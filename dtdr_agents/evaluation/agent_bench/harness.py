@@ -459,8 +459,8 @@ def summarize(
         runs: Every run.
         names: The contestants, in report order.
         n_plans: Test plans.
-        reference: The contestant compared with every other (default `REFERENCE`; the first
-            contestant when it did not run).
+        reference: The contestant compared with every other (default `REFERENCE`; when it
+            is not among `names`, the first contestant with a scored run).
         n_boot: Bootstrap replicates.
         seed: Seed of the resampling.
 
@@ -491,7 +491,8 @@ def summarize(
             "usage_reported": all(r.usage_reported for r in rs if r.scored and r.model_calls),
             **figures,
         }
-    ref = reference if reference in by_name else (names[0] if names else reference)
+    scored = [n for n in names if out["contestants"][n]["scored"]]
+    ref = reference if reference in by_name else (scored or list(names) or [reference])[0]
     comparisons: list[dict[str, Any]] = []
     for other in names:
         if other == ref:
