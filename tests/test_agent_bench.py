@@ -202,6 +202,10 @@ def test_endpoint_caches_by_body_and_enforces_the_step_limit(tmp_path: Path) -> 
     assert [c.cached for c in log.calls] == [False, True]
     assert [c.prompt_tokens for c in log.calls] == [7, 7]
     assert body_hash({"a": 1, "b": 2}) == body_hash({"b": 2, "a": 1})
+    endpoint.begin("x", 1, 2)
+    with pytest.raises(ValueError, match="streaming"):
+        endpoint.complete({**BODY, "stream": True})
+    endpoint.end()
     # a replay answers from the cache, and names what is missing
     replay = BenchEndpoint("m", StepCache(tmp_path / "c.jsonl"), None, counter=CharApproxCounter())
     replay.begin("x", 0, 5)

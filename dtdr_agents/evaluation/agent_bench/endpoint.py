@@ -145,6 +145,7 @@ class BenchEndpoint:
         """The chat completion (JSON) answering request `body`.
 
         Raises:
+            ValueError: A streaming request (``"stream": true``).
             StepLimitError: An agent call past the run's step limit (nothing sent).
             StepNotCachedError: A replay met a request missing from the cache.
             ChatModelError: The server still failed after the retries (not cached).
@@ -154,6 +155,11 @@ class BenchEndpoint:
             raise RuntimeError("BenchEndpoint.complete outside a run: call begin() first")
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        if body.get("stream"):
+            raise ValueError(
+                "the benchmark endpoint answers whole completions: build the chat model "
+                "without streaming (its answers are cached as one JSON completion)"
+            )
         if role == AGENT and len(log.agent_calls) >= log.step_limit:
             log.limit_hit = True
             raise StepLimitError(
