@@ -8,6 +8,8 @@ safetensors file (no pickle) and restored from it.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -29,11 +31,26 @@ class IndexUnavailableError(DTDRError, RuntimeError):
 
 
 def _import_usearch() -> Any:
+    _load_onnxruntime_first()
     try:
         from usearch.index import Index
     except ImportError:
         return None
     return Index
+
+
+def _load_onnxruntime_first() -> None:
+    """Import ONNX Runtime before usearch where both are installed.
+
+    With usearch 2.26.6 and onnxruntime 1.32.0 (x86-64 Linux wheels), importing onnxruntime
+    after usearch kills the process with a segmentation fault inside onnxruntime's own
+    import; the other order works. The serving encoder (`OnnxEncoder`) imports onnxruntime
+    when it first encodes, which can come after a large catalogue's index was built.
+    """
+    if "onnxruntime" in sys.modules or "usearch" in sys.modules:
+        return
+    if importlib.util.find_spec("onnxruntime") is not None:
+        import onnxruntime  # noqa: F401
 
 
 def hnsw_available() -> bool:

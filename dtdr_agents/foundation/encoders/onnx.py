@@ -28,6 +28,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import sys
 import tempfile
 import threading
 import warnings
@@ -378,6 +379,13 @@ class OnnxEncoder:
     def _load(self) -> tuple[Any, Any]:
         with self._lock:
             if self._session is None:
+                if "usearch" in sys.modules and "onnxruntime" not in sys.modules:
+                    # onnxruntime 1.32 imported after usearch 2.26 dies of a segmentation
+                    # fault (x86-64 Linux wheels); our index imports it first for that reason
+                    raise EncoderUnavailableError(
+                        "the ONNX encoder must import onnxruntime before usearch is imported "
+                        "(the other order crashes the process): import onnxruntime first"
+                    )
                 try:
                     import onnxruntime as ort
                     from tokenizers import Tokenizer
