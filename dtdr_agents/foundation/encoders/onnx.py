@@ -42,7 +42,7 @@ from dtdr_agents._version import __version__
 from dtdr_agents.foundation.atomic import atomic_write_dir
 from dtdr_agents.foundation.encoders.base import _normalise
 from dtdr_agents.foundation.encoders.cache import default_cache_dir
-from dtdr_agents.foundation.encoders.hub import (
+from dtdr_agents.foundation.encoders.minilm import (
     _MINILM_ALIASES,
     DEFAULT_MODEL,
     bundled_minilm_path,
