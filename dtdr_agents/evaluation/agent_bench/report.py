@@ -5,15 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-
-def _cell(figure: Mapping[str, Any] | None, scale: float = 1.0, digits: int = 1) -> str:
-    if not figure or figure.get("value") is None:
-        return "-"
-    text = f"{figure['value'] * scale:.{digits}f}"
-    ci = figure.get("ci")
-    if ci is not None:
-        text += f" [{ci[0] * scale:.{digits}f}, {ci[1] * scale:.{digits}f}]"
-    return text
+from dtdr_agents.evaluation.e2e.report import interval_text
 
 
 def format_agent_bench_markdown(report: Mapping[str, Any]) -> str:
@@ -43,10 +35,11 @@ def format_agent_bench_markdown(report: Mapping[str, Any]) -> str:
         if c["endpoint_errors"]:
             failures += f"; {c['endpoint_errors']} endpoint errors"
         lines.append(
-            f"| {name} | {_cell(c['success'], 100)} | {_cell(c['precision'], 100)} "
-            f"| {_cell(c['recall'], 100)} | {_cell(c['outside_calls'], digits=2)} "
-            f"| {_cell(c['model_calls'], digits=2)} | {_cell(c['prompt_tokens'], digits=0)} "
-            f"| {_cell(c['model_ms'], digits=0)} | {failures} |"
+            f"| {name} | {interval_text(c['success'])} | {interval_text(c['precision'])} "
+            f"| {interval_text(c['recall'])} | {interval_text(c['outside_calls'], 1.0, 2)} "
+            f"| {interval_text(c['model_calls'], 1.0, 2)} "
+            f"| {interval_text(c['prompt_tokens'], 1.0, 0)} "
+            f"| {interval_text(c['model_ms'], 1.0, 0)} | {failures} |"
         )
     comps = report.get("comparisons") or []
     if comps:
@@ -62,11 +55,11 @@ def format_agent_bench_markdown(report: Mapping[str, Any]) -> str:
                 lines.append(f"| {label} | - | {comp['skipped']} | - | - | - |")
                 continue
             lines.append(
-                f"| {label} | {_cell(comp['success_diff'], 100)} "
+                f"| {label} | {interval_text(comp['success_diff'])} "
                 f"| {comp['success_diff'].get('verdict', '-')} "
-                f"| {_cell(comp['recall_diff'], 100)} "
-                f"| {_cell(comp['model_calls_diff'], digits=2)} "
-                f"| {_cell(comp['prompt_tokens_ratio'], digits=2)} |"
+                f"| {interval_text(comp['recall_diff'])} "
+                f"| {interval_text(comp['model_calls_diff'], 1.0, 2)} "
+                f"| {interval_text(comp['prompt_tokens_ratio'], 1.0, 2)} |"
             )
     return "\n".join(lines) + "\n"
 

@@ -103,7 +103,7 @@ def format_e2e_markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def _ci(figure: Mapping[str, Any] | None, scale: float = 100.0, digits: int = 1) -> str:
+def interval_text(figure: Mapping[str, Any] | None, scale: float = 100.0, digits: int = 1) -> str:
     """``value [lo, hi]`` of an interval entry (``-`` where undefined)."""
     if not figure or figure.get("value") is None:
         return "-"
@@ -133,10 +133,13 @@ def interval_tables(report: Mapping[str, Any]) -> list[str]:
     for r in results:
         iv = r.get("intervals") or {}
         lines.append(
-            f"| {r['retriever']} | {r['mode']} | {_num(r.get('n_demos'))} | {_ci(iv.get('fsa'))} | "
-            f"{_ci(iv.get('sr'))} | {_ci(iv.get('sr_full'))} | {_ci(iv.get('no_call_rate'))} | "
-            f"{_ci(iv.get('prompt_tokens'), 1.0, 0)} | "
-            f"{_ci(iv.get('usage_prompt_tokens'), 1.0, 0)} | {_ci(iv.get('latency_ms'), 1.0, 0)} |"
+            f"| {r['retriever']} | {r['mode']} | {_num(r.get('n_demos'))} | "
+            f"{interval_text(iv.get('fsa'))} | "
+            f"{interval_text(iv.get('sr'))} | {interval_text(iv.get('sr_full'))} | "
+            f"{interval_text(iv.get('no_call_rate'))} | "
+            f"{interval_text(iv.get('prompt_tokens'), 1.0, 0)} | "
+            f"{interval_text(iv.get('usage_prompt_tokens'), 1.0, 0)} | "
+            f"{interval_text(iv.get('latency_ms'), 1.0, 0)} |"
         )
     comparisons: Sequence[Mapping[str, Any]] = report.get("comparisons") or []
     if comparisons:
@@ -153,7 +156,9 @@ def interval_tables(report: Mapping[str, Any]) -> list[str]:
         for c in comparisons:
             if "skipped" in c:
                 counted = c.get("prompt_tokens_ratio")
-                ratio = f" {_ci(counted, 1.0, 3)} (B counted, not run) |" if counted else " |"
+                ratio = (
+                    f" {interval_text(counted, 1.0, 3)} (B counted, not run) |" if counted else " |"
+                )
                 lines.append(
                     f"| {c['a']} | {c['b']} | not run: {c['skipped']} |"
                     + " |" * 5
@@ -162,12 +167,15 @@ def interval_tables(report: Mapping[str, Any]) -> list[str]:
                 )
                 continue
             lines.append(
-                f"| {c['a']} | {c['b']} | {_ci(c.get('fsa_diff'))} | {_ci(c.get('sr_diff'))} | "
-                f"{_ci(c.get('sr_full_diff'))} | {_ci(c.get('sr_ratio'), 1.0, 2)} | "
-                f"{_ci(c.get('sr_full_ratio'), 1.0, 2)} | {_ci(c.get('no_call_rate_diff'))} | "
-                f"{_ci(c.get('prompt_tokens_ratio'), 1.0, 3)} | "
-                f"{_ci(c.get('usage_prompt_tokens_ratio'), 1.0, 3)} | "
-                f"{_ci(c.get('latency_ms_ratio'), 1.0, 2)} |"
+                f"| {c['a']} | {c['b']} | {interval_text(c.get('fsa_diff'))} | "
+                f"{interval_text(c.get('sr_diff'))} | "
+                f"{interval_text(c.get('sr_full_diff'))} | "
+                f"{interval_text(c.get('sr_ratio'), 1.0, 2)} | "
+                f"{interval_text(c.get('sr_full_ratio'), 1.0, 2)} | "
+                f"{interval_text(c.get('no_call_rate_diff'))} | "
+                f"{interval_text(c.get('prompt_tokens_ratio'), 1.0, 3)} | "
+                f"{interval_text(c.get('usage_prompt_tokens_ratio'), 1.0, 3)} | "
+                f"{interval_text(c.get('latency_ms_ratio'), 1.0, 2)} |"
             )
     goals: Sequence[Mapping[str, Any]] = report.get("targets") or []
     if goals:
@@ -177,7 +185,7 @@ def interval_tables(report: Mapping[str, Any]) -> list[str]:
                 lines.append(f"- {g['target']}: cannot be checked, {g['skipped']}")
                 continue
             ratio = g.get("figure", "").endswith("_ratio")
-            shown = _ci(g, 1.0, 3) if ratio else _ci(g)
+            shown = interval_text(g, 1.0, 3) if ratio else interval_text(g)
             note = f" ({g['counted']})" if g.get("counted") else ""
             lines.append(
                 f"- {g['target']}: {g.get('figure')} {shown}; met {_yes(g.get('met'))}, "
