@@ -23,6 +23,27 @@ NEEDS_ENDPOINT = (
 )
 
 
+CONTESTANT_GROUP = "dtdr_agents.agent_bench"
+"""Entry-point group naming the module that provides the contestants (`CONTESTANTS`,
+`make_contestants`); `langchain_dtdr.agent_bench` registers itself there, so the core names
+no framework package."""
+
+
+def _contestant_provider() -> tuple[Any, Any]:
+    """(`CONTESTANTS`, `make_contestants`) of the installed contestant provider."""
+    from importlib.metadata import entry_points
+
+    found = list(entry_points(group=CONTESTANT_GROUP, name="contestants"))
+    hint = "pip install 'dtdr-agents[langchain,openai,bench]'"
+    if not found:
+        raise CLIError(f"agent-bench runs its contestants on LangChain: {hint}")
+    try:
+        module = found[0].load()
+    except ImportError as exc:
+        raise CLIError(f"agent-bench runs its contestants on LangChain: {hint} ({exc})") from exc
+    return module.CONTESTANTS, module.make_contestants
+
+
 def cmd_agent_bench(args: argparse.Namespace) -> int:
     """Run (or replay) the live-agent benchmark and write its results JSON."""
     from dtdr_agents.cli.bench import first_demos
@@ -47,16 +68,10 @@ def cmd_agent_bench(args: argparse.Namespace) -> int:
     if not args.replay and not args.base_url:
         raise CLIError(NEEDS_ENDPOINT)
     names = split_ids(args.contestants, DEFAULT_CONTESTANTS)
-    try:
-        from langchain_dtdr.agent_bench import CONTESTANTS, make_contestants
-    except ImportError as exc:
-        raise CLIError(
-            "agent-bench runs its contestants on LangChain: "
-            f"pip install 'dtdr-agents[langchain,openai,bench]' ({exc})"
-        ) from exc
-    unknown = [n for n in names if n not in CONTESTANTS]
+    known, make_contestants = _contestant_provider()
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise CLIError(f"--contestants: unknown {unknown}; choose from {', '.join(CONTESTANTS)}")
+        raise CLIError(f"--contestants: unknown {unknown}; choose from {', '.join(known)}")
     train, test = load_split(args)
     if test.set_valued:
         raise CLIError(f"dataset {train.name!r} is set-valued: a live agent needs ordered plans")
