@@ -122,19 +122,21 @@ class _QueryState:
     media: int = 0  # the media kinds whose files the request names (`request_media`)
     # (the DTDR-L models, their logits of the query's block): the same at every step
     linear_query: tuple[tuple[object, object], list[np.ndarray]] | None = None
-    # each neighbour's weight times how far it stands out from the request's typical
-    # demonstration (`_knn`: a plan's first call counts by it before any call is made)
-    first_weights: tuple[float, ...] = ()
+    # how far each neighbour's request stands out from the request's typical demonstration
+    # (its cosine over their median, scaled to 1): the weight of its plan in `_KnnVotes.follow`
+    lead_weights: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
 class _KnnVotes:
-    """The nearest demonstrations' votes at one step (each weighted by its `neighbours` weight).
+    """The nearest demonstrations' votes at one step.
 
-    `plan`, `next` and `end` read a neighbour's plan as a multiset of calls still to make;
-    `follow` and `end_follow` count only the neighbours whose first calls are the calls made
-    so far (in any order): such a plan says which call comes next (`follow`), and whether the
-    work is done (`end_follow`: + the weight of those that end here, - of those that go on).
+    `plan`, `next` and `end` read a neighbour's plan as a multiset of calls still to make,
+    each weighted by its `neighbours` weight. `follow` and `end_follow` count only the
+    neighbours whose first calls are the calls made so far (in any order), each by how far its
+    request stands out (`lead_weights`): such a plan says which call comes next (`follow`),
+    and whether the work is done (`end_follow`: + the weight of those that end here, - of
+    those that go on).
     """
 
     plan: dict[int, float]
@@ -329,7 +331,7 @@ class HybridFeatures(ToolRetriever):
             thr = self.chains_.ood_threshold_
             far = dist / thr if thr else 0.0
         neighbours: tuple[tuple[int, float], ...] = ()
-        first_weights: tuple[float, ...] = ()
+        lead_weights: tuple[float, ...] = ()
         if len(self.knn_queries_):
             sims = self.knn_queries_ @ qvec
             k = min(KNN, len(sims))
@@ -338,7 +340,7 @@ class HybridFeatures(ToolRetriever):
             neighbours = tuple((int(j), float(v)) for j, v in zip(top, w, strict=True))
             typical = float(np.median(sims))  # how close a demonstration is, as a rule
             lead = np.clip((sims[top] - typical) / max(1.0 - typical, 1e-9), 0.0, 1.0)
-            first_weights = tuple(float(v) for v in lead)
+            lead_weights = tuple(float(v) for v in lead)
         # Only the learned parts add tools to a step beyond these candidates, so only their
         # tools' BM25 scores are kept: not a catalogue-sized vector per remembered request.
         bm25_learned = bm25[self._learned_rows]
@@ -379,7 +381,7 @@ class HybridFeatures(ToolRetriever):
             goals_from,
             goals=goal_vectors,
             media=request_media(query),
-            first_weights=first_weights,
+            lead_weights=lead_weights,
         )
 
     # --------------------------------------------------------------------- planned sub-goals
@@ -467,16 +469,16 @@ class HybridFeatures(ToolRetriever):
         follow_votes: dict[int, float] = {}
         end_vote = end_follow = 0.0
         n = len(history)
-        for (j, weight), first_weight in zip(qs.neighbours, qs.first_weights, strict=True):
+        for (j, weight), lead_weight in zip(qs.neighbours, qs.lead_weights, strict=True):
             plan = self.knn_plans_[j].tolist()
             if len(plan) >= n and _same_calls(plan[:n], done):
                 # the calls so far are this plan's first calls: it says what comes next, as
                 # far as its request stands out from the request's typical demonstration
                 if len(plan) > n:
-                    follow_votes[plan[n]] = follow_votes.get(plan[n], 0.0) + first_weight
-                    end_follow -= first_weight
+                    follow_votes[plan[n]] = follow_votes.get(plan[n], 0.0) + lead_weight
+                    end_follow -= lead_weight
                 else:
-                    end_follow += first_weight
+                    end_follow += lead_weight
             left = dict(done)
             remaining = []
             for t in plan:
