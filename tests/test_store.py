@@ -275,7 +275,7 @@ def test_a_refit_is_published_and_taken_up_while_agents_run_steps(tmp_path: Path
     assert result["failed_steps"] == 0 and result["steps"] > 0, result["first_errors"]
     assert result["published"] == "v000002"
     assert result["refit_on_runs"] >= 6 + 8  # the seed demonstrations and the recorded runs
-    assert all(t is not None for t in result["takeup_s"].values())  # every agent took it up
+    assert all(t is not None for t in result["takeup_s"].values()), result  # every agent took it up
     with RunStore(url) as store:
         assert store.count() >= 14
 

@@ -179,13 +179,16 @@ def reload_load(
     after: float = 3.0,
     encoder: str = "tfidf",
     seed: int = 0,
+    takeup_timeout: float = 60.0,
 ) -> dict[str, Any]:
     """Refit, publish and hot reload while `agents` threads run steps in a loop.
 
     Each agent is a `StepSelector` on its own `Reloader` of one publish folder (polling every
     `poll` seconds) and records each finished request into the store at `url`. Once the store
     holds the seed demonstrations and `runs` recorded runs, DTDR-C is refitted on the store
-    and published as v000002 (`refit_and_publish`); the agents run on for `after` seconds.
+    and published as v000002 (`refit_and_publish`). The agents run on until every one has
+    run a step on it (at most `takeup_timeout` seconds), then for `after` more seconds: a
+    loaded machine makes a take-up late, never missed.
 
     Returns:
         Steps, failed steps, step times, and when each agent's first step on v000002 started,
@@ -228,6 +231,12 @@ def reload_load(
             url, pub, data.tools, retriever="dtdr-c", encoder=encoder
         )
         published = time.monotonic()
+        names = {f"agent{a}" for a in range(agents)}
+        while time.monotonic() < published + takeup_timeout:
+            took = {e["agent"] for e in list(log) if e.get("version") == version.name}
+            if took >= names:
+                break
+            time.sleep(0.05)
         time.sleep(after)
         stop.set()
         for thread in threads:
