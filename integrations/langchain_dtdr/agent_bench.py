@@ -42,7 +42,6 @@ from langchain_openai import ChatOpenAI
 from langgraph.graph import END, MessagesState, StateGraph
 from langgraph.prebuilt import InjectedStore, ToolNode
 from langgraph.store.base import BaseStore
-from langgraph.store.memory import InMemoryStore
 from langgraph.types import Send
 
 from dtdr_agents.datasets import Dataset
@@ -56,9 +55,10 @@ from dtdr_agents.evaluation.agent_bench import (
     BenchEndpoint,
 )
 from dtdr_agents.evaluation.bench import build_retriever
-from dtdr_agents.foundation.encoders import Encoder, FittableEncoder
+from dtdr_agents.foundation.encoders import Encoder
 from dtdr_agents.foundation.types import Tool, Toolset
 from dtdr_agents.runtime.tool_search import ToolSearchBackend
+from langchain_dtdr.bigtool import bigtool_store
 from langchain_dtdr.middleware import DTDRMiddleware
 
 __all__ = [
@@ -268,21 +268,6 @@ def create_bigtool_graph(
     builder.add_edge("tools", "agent")
     builder.add_edge("select_tools", "agent")
     return builder
-
-
-def bigtool_store(tools: Toolset, encoder: Encoder) -> InMemoryStore:
-    """A store holding each tool's ``"name: description"``, embedded by `encoder`."""
-    texts = [f"{t.name}: {t.description}" for t in tools]
-    if isinstance(encoder, FittableEncoder) and not encoder.is_fitted:
-        encoder.fit(texts)
-
-    def embed(batch: Sequence[str]) -> list[list[float]]:
-        return [list(map(float, row)) for row in encoder.encode(list(batch))]
-
-    store = InMemoryStore(index={"embed": embed, "dims": encoder.dim, "fields": ["description"]})
-    for tool, text in zip(tools, texts, strict=True):
-        store.put(("tools",), tool.name, {"description": text})
-    return store
 
 
 # -------------------------------------------------------------------------------- search
