@@ -347,6 +347,8 @@ def cmd_speed(args: argparse.Namespace) -> int:
     from dtdr_agents.evaluation.perf import format_speed, run_speed
 
     check_encoder_option(args.encoder)
+    if args.peers:
+        return _speed_peers(args)
     if args.startup:
         return _speed_startup(args)
     if args.catalogue_size:
@@ -375,6 +377,45 @@ def _speed_startup(args: argparse.Namespace) -> int:
     if args.json:
         from dtdr_agents.evaluation.report import write_json
 
+        write_json(args.json, figures)
+    return 0
+
+
+def _speed_peers(args: argparse.Namespace) -> int:
+    """`speed --peers`: hybrid, graph-tool-call and bigtool's store search, per step."""
+    from dtdr_agents.datasets import load_train_test
+    from dtdr_agents.evaluation.perf import format_peers, load_peer_factory, run_peers
+    from dtdr_agents.evaluation.report import provenance, write_json
+
+    try:
+        make_peers = load_peer_factory()
+    except ImportError as exc:
+        raise CLIError(str(exc)) from exc
+    dataset = args.dataset or "demo"
+    with flag_words():  # the loader's errors name its keywords: say the flags
+        try:
+            train, test = load_train_test(
+                dataset, args.path, seed=args.seed, skip_bad=args.skip_bad, limit=args.limit
+            )
+        except (FileNotFoundError, ValueError) as exc:
+            raise CLIError(str(exc)) from exc
+    try:
+        figures = run_peers(
+            train.demos,
+            test.demos,
+            train.tools,
+            make_peers=make_peers,
+            dataset=train.name,
+            encoder=args.encoder,
+            k=args.k,
+            n_queries=args.queries,
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        raise CLIError(str(exc)) from exc
+    figures["provenance"] = provenance([args.seed], getattr(args, "argv", None))
+    print(format_peers([(args.json or "(not written)", figures)]))
+    if args.json:
         write_json(args.json, figures)
     return 0
 
@@ -530,6 +571,26 @@ def add_commands(sub: Any) -> None:
     )
     speed.add_argument(
         "--repeats", type=positive_int, default=5, help="processes per --startup figure (5)"
+    )
+    speed.add_argument(
+        "--peers",
+        action="store_true",
+        help="time hybrid, graph-tool-call's retrieve and a langgraph-bigtool store search per "
+        "step instead, interleaved in one process, with the same encoder "
+        "(pip install 'dtdr-agents[langgraph,peer]')",
+    )
+    speed.add_argument(
+        "--dataset", help="dataset id for --peers (default demo: the embedded demo data)"
+    )
+    speed.add_argument("--path", help="dataset file or folder for --peers")
+    speed.add_argument(
+        "--skip-bad", action="store_true", help="--peers: skip malformed dataset lines"
+    )
+    speed.add_argument(
+        "--limit", type=positive_int, help="--peers: use only the first N samples of the dataset"
+    )
+    speed.add_argument(
+        "-k", type=positive_int, default=5, help="tools a --peers peer returns per step (5)"
     )
     speed.add_argument("--json", help="also write the figures as JSON")
     speed.set_defaults(func=cmd_speed)

@@ -10,8 +10,9 @@ name what generates it::
 Kinds: ``table FILE`` (one bench or demo report: every retriever, the paired comparisons),
 ``curve FILE`` (its learning curve), ``headline FILE ...`` (`hybrid` against the best other
 retriever of each run), ``scale FILE`` (the large-catalogue benchmark), ``speed FILE``
-(`dtdr-agents speed`) and ``e2e FILE`` (an end-to-end run with a real model: its figures
-with their intervals, the paired comparisons and the targets). FILE is relative to the
+(`dtdr-agents speed`), ``peers FILE ...`` (`dtdr-agents speed --peers`) and ``e2e FILE``
+(an end-to-end run with a real model: its figures with their intervals, the paired
+comparisons and the targets). FILE is relative to the
 results folder. Every JSON is validated first (protocol, required fields, at least
 `MIN_SEEDS` seeds); a bad one names the file and the field, and nothing is written.
 """
@@ -222,6 +223,27 @@ def render_speed(data: Mapping[str, Any], name: str) -> str:
     return "\n".join(["```", format_speed(dict(data)), "```", "", f"`{name}`."])
 
 
+class _Peers(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    kind: Literal["speed-peers"]
+    dataset: str
+    n_tools: int
+    n_steps: int
+    k: int
+    encoder: str
+    machine: dict[str, Any]
+    peers: dict[str, str]
+    passes: dict[str, dict[str, Any]]
+    provenance: _Provenance
+
+
+def render_peers(files: Sequence[str], paths: Sequence[Path]) -> str:
+    """`dtdr-agents speed --peers` results (one or more datasets) as one Markdown table."""
+    from dtdr_agents.evaluation.perf import format_peers
+
+    return format_peers([(f, _validated(p, _Peers)) for f, p in zip(files, paths, strict=True)])
+
+
 def _f(value: Any) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -357,12 +379,14 @@ def render(spec: str, results_dir: Path, *, where: str, min_seeds: int = MIN_SEE
         body = render_scale(load_scale(paths[0]), files[0])
     elif kind == "speed" and len(paths) == 1:
         body = render_speed(load_speed(paths[0]), files[0])
+    elif kind == "peers":
+        body = render_peers(files, paths)
     elif kind == "e2e" and len(paths) == 1:
         body = render_e2e(load_e2e(paths[0]), files[0])
     else:
         raise ResultsError(
             f"{where}: marker '{spec}': kind must be 'table FILE', 'curve FILE', "
-            "'headline FILE ...', 'scale FILE', 'speed FILE' or 'e2e FILE'"
+            "'headline FILE ...', 'scale FILE', 'speed FILE', 'peers FILE ...' or 'e2e FILE'"
         )
     return body + "\n"
 

@@ -13,13 +13,19 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dtdr_agents.foundation.encoders import CachedEncoder, SentenceTransformerEncoder, get_encoder
+from dtdr_agents.foundation.encoders import (
+    CachedEncoder,
+    Encoder,
+    SentenceTransformerEncoder,
+    get_encoder,
+)
 from dtdr_agents.foundation.types import Demonstration, Tool, Toolset
 from dtdr_agents.retrievers import DTDRC, DTDRL, ToolRetriever
 
@@ -472,4 +478,240 @@ def format_startup(figures: dict[str, Any]) -> str:
             lines.append(f"  {name}: p50 {float(np.percentile(xs, 50)):.2f} s  (runs: {runs})")
     verdict = "met" if figures["rank_p50_s"] < figures["target_s"] else "NOT met"
     lines.append(f"target: rank p50 under {figures['target_s']:.0f} s: {verdict}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------- peers in the same run
+PEERS_GROUP = "dtdr_agents.speed_peers"
+"""Entry-point group of the peers `speed --peers` times (`langchain_dtdr.peers` registers)."""
+
+PEERS_INSTALL_HINT = "pip install 'dtdr-agents[langgraph,peer]'"
+"""What `speed --peers` needs: graph-tool-call (the peer extra) and LangGraph's store."""
+
+PEER_PASSES = {
+    "encoding included": (
+        "every text a peer embeds at a step is encoded at that step: no embedding cache "
+        "(hybrid keeps what it computes for a request, its clauses' embeddings among them, "
+        "for the request's later steps, as it does when deployed)"
+    ),
+    "search only": (
+        "every text a peer embeds was encoded in an untimed pass before: an embedding is a "
+        "cache lookup (hybrid's per-request memo is warm too)"
+    ),
+}
+"""The two timed passes of `run_peers`, and what each says about encoding."""
+
+
+@dataclass(frozen=True)
+class PeerStep:
+    """One peer's retrieval for one agent step, as its package does it.
+
+    Attributes:
+        name: The peer's label in the results.
+        does: What one call does, said in the results (with what it encodes).
+        step: Called with (request, calls so far); what it returns is ignored.
+    """
+
+    name: str
+    does: str
+    step: Callable[[str, tuple[str, ...]], object]
+
+
+PeerFactory = Callable[[Toolset, Callable[[], Encoder], int], Sequence[PeerStep]]
+"""`make_peers(tools, new_encoder, k)`: the peers, each embedding with its own `new_encoder()`."""
+
+
+class PassEncoder(CachedEncoder):
+    """A peer's own encoder over the shared model: encodes every call, or answers from its cache.
+
+    With `cached` False (the "encoding included" pass) every call runs the model and nothing
+    is kept; with `cached` True it is a `CachedEncoder` (memory only). One per peer, so no
+    peer is timed on embeddings another peer computed.
+    """
+
+    cached: bool = False
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """The wrapped model's embedding of `texts` (from the cache when `cached`)."""
+        return super().encode(texts) if self.cached else self.inner.encode(texts)
+
+
+def load_peer_factory() -> PeerFactory:
+    """The installed `make_peers` (entry point ``peers`` of `PEERS_GROUP`).
+
+    Raises:
+        ImportError: No provider installed, or its packages missing: names `PEERS_INSTALL_HINT`.
+    """
+    from importlib.metadata import entry_points
+
+    what = "speed --peers times graph-tool-call and a langgraph-bigtool store"
+    found = list(entry_points(group=PEERS_GROUP, name="peers"))
+    if not found:
+        raise ImportError(f"{what}: {PEERS_INSTALL_HINT} (no '{PEERS_GROUP}' entry point)")
+    try:
+        factory: PeerFactory = found[0].load()
+    except ImportError as exc:
+        raise ImportError(f"{what}: {PEERS_INSTALL_HINT} ({exc})") from exc
+    return factory
+
+
+def _interleaved(
+    peers: Sequence[PeerStep], steps: Sequence[tuple[str, tuple[str, ...]]]
+) -> dict[str, list[float]]:
+    """Milliseconds of each peer's call at each step; at step i the order starts at peer i."""
+    times: dict[str, list[float]] = {p.name: [] for p in peers}
+    for i, (query, history) in enumerate(steps):
+        for j in range(len(peers)):
+            peer = peers[(i + j) % len(peers)]
+            t0 = time.perf_counter()
+            peer.step(query, history)
+            times[peer.name].append((time.perf_counter() - t0) * 1000.0)
+    return times
+
+
+def _peer_figures(ms: Sequence[float], first: Sequence[bool]) -> dict[str, Any]:
+    """p50, p95, mean and n of one peer's step times, and p50 of first and later steps."""
+    arr = np.asarray(ms, dtype=np.float64)
+    is_first = np.asarray(first, dtype=bool)
+    return {
+        "p50_ms": float(np.percentile(arr, 50)),
+        "p95_ms": float(np.percentile(arr, 95)),
+        "mean_ms": float(arr.mean()),
+        "n": len(ms),
+        "first_step_p50_ms": float(np.percentile(arr[is_first], 50)),
+        "later_steps_p50_ms": (
+            float(np.percentile(arr[~is_first], 50)) if (~is_first).any() else None
+        ),
+    }
+
+
+def run_peers(
+    train: Sequence[Demonstration],
+    test: Sequence[Demonstration],
+    tools: Toolset,
+    *,
+    make_peers: PeerFactory,
+    dataset: str,
+    encoder: str = "default",
+    k: int = 5,
+    n_queries: int = 300,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Time `hybrid` and the peers per agent step, interleaved, in this one process.
+
+    `hybrid` is fitted on `train`; the peers are built from the catalogue by `make_peers`.
+    Every peer embeds with the same model, each through its own `PassEncoder`. The steps
+    are the teacher-forced steps (end-of-plan's included) of the first `n_queries` test
+    plans, in order; at every step each peer is called once, in an order rotated by the
+    step. Two timed passes (`PEER_PASSES`): "encoding included", then, after an untimed
+    pass that fills each peer's cache, "search only". Ratios are a peer's figure over
+    hybrid's in the same pass. Quality is not measured.
+
+    Returns:
+        `{"kind": "speed-peers", "dataset", "n_tools", "n_train", "n_test_requests",
+        "n_steps", "encoder", "k", "order", "peers": {name: what one step does},
+        "passes": {pass: {"encoding", "peers": {name: {"p50_ms", "p95_ms", "mean_ms", "n",
+        "first_step_p50_ms", "later_steps_p50_ms", "ratio_p50", "ratio_p95"}}}}, ...}`.
+    """
+    from dtdr_agents.retrievers import make_retriever
+
+    if encoder == "tfidf":
+        raise ValueError("speed --peers times sentence encoders: --encoder tfidf is not one")
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    shared = get_encoder(encoder)
+    model_encoder = shared.inner if isinstance(shared, CachedEncoder) else shared
+    encoders: list[PassEncoder] = []
+
+    def new_encoder() -> PassEncoder:
+        enc = PassEncoder(model_encoder)
+        encoders.append(enc)
+        return enc
+
+    hybrid_encoder = new_encoder()
+    hybrid_encoder.cached = True  # fit is not timed
+    t0 = time.perf_counter()
+    hybrid = make_retriever("hybrid", encoder=hybrid_encoder, seed=seed).fit(list(train), tools)
+    fit_s = time.perf_counter() - t0
+    hybrid_encoder.cached = False
+    hybrid_step = PeerStep(
+        "hybrid",
+        "rank(request, calls so far): scores every tool and end-of-plan; encodes the "
+        "request's clauses at its first step and keeps them for its later steps",
+        lambda query, history: hybrid.rank(query, history),
+    )
+    peers = [hybrid_step, *make_peers(tools, new_encoder, k)]
+    names = [p.name for p in peers]
+    if len(set(names)) != len(names):
+        raise ValueError(f"peer names must be distinct, got {names}")
+    plans = list(test)[:n_queries]
+    steps = [(d.query, s.history) for d in plans for s in d.steps()]
+    first = [i == 0 for d in plans for i in range(len(d.steps()))]
+    if not steps:
+        raise ValueError(f"{dataset}: no test plan to time")
+    passes: dict[str, Any] = {}
+    for name, encoding in PEER_PASSES.items():
+        if name == "search only":
+            for enc in encoders:
+                enc.cached = True
+            _interleaved(peers, steps)  # untimed: fills every peer's cache
+        times = _interleaved(peers, steps)
+        figures = {p: _peer_figures(ms, first) for p, ms in times.items()}
+        base = figures["hybrid"]
+        for fig in figures.values():
+            fig["ratio_p50"] = fig["p50_ms"] / base["p50_ms"]
+            fig["ratio_p95"] = fig["p95_ms"] / base["p95_ms"]
+        passes[name] = {"encoding": encoding, "peers": figures}
+    return {
+        "kind": "speed-peers",
+        "machine": {"python": platform.python_version(), "cpus": _cpu_count()},
+        "dataset": dataset,
+        "n_tools": len(tools),
+        "n_train": len(train),
+        "n_test_requests": len(plans),
+        "n_steps": len(steps),
+        "encoder": model_encoder.id,
+        "k": k,
+        "hybrid_fit_s": fit_s,
+        "order": "interleaved: every step calls each peer once, in an order rotated by the step",
+        "peers": {p.name: p.does for p in peers},
+        "passes": passes,
+    }
+
+
+def _f3(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def format_peers(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """`run_peers` results as one Markdown table (a row per dataset, pass and peer)."""
+    lines = [
+        "| dataset | tools | steps | k | pass | peer | p50 ms | p95 ms | × hybrid p50 | "
+        "× hybrid p95 | first step p50 ms | later steps p50 ms |",
+        "|---|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    does: dict[str, str] = {}
+    sources = []
+    for name, r in reports:
+        for pass_name, one in r["passes"].items():
+            for peer, f in one["peers"].items():
+                lines.append(
+                    f"| {r['dataset']} | {r['n_tools']} | {r['n_steps']} | {r['k']} | "
+                    f"{pass_name} | {peer} | {f['p50_ms']:.3f} | {f['p95_ms']:.3f} | "
+                    f"{f['ratio_p50']:.2f} | {f['ratio_p95']:.2f} | "
+                    f"{f['first_step_p50_ms']:.3f} | {_f3(f['later_steps_p50_ms'])} |"
+                )
+        does.update(r["peers"])
+        prov = r.get("provenance") or {}
+        where = f"`{prov['command']}`" if prov.get("command") else "no provenance"
+        commit = str(prov.get("commit") or "?")[:7]
+        sources.append(
+            f"`{name}`: {where} (commit {commit}, {r['machine'].get('cpus', '?')} cores, "
+            f"encoder {r['encoder']}, hybrid fitted on {r['n_train']} demonstrations)."
+        )
+    lines.append("")
+    lines += [f"- {peer}: {text}." for peer, text in does.items()]
+    passes = reports[0][1]["passes"] if reports else {}
+    lines += [f"- {p}: {one['encoding']}." for p, one in passes.items()]
+    lines += ["", *sources]
     return "\n".join(lines)
