@@ -34,6 +34,12 @@ Decoding modes (--constrain):
 
 Every response says what was applied: header `X-Dtdr-Constrained: on|off` (on: a grammar was
 added to this request), and `system_fingerprint` "dtdr-adapter constrain=<mode> grammar=<on|off>".
+A request without tools whose `response_format` is OpenAI's structured output
+(`{"type": "json_schema", "json_schema": {"schema": S}}`, as LangChain's structured output and
+its LLMToolSelectorMiddleware send) is passed on as llama-cpp-python's own form,
+`{"type": "json_object", "schema": S}`, which constrains the answer to S by a grammar (the
+server refuses `json_schema` with HTTP 500 otherwise).
+
 An unreachable server gives HTTP 502 with an OpenAI-style error naming its address.
 
     python adapter.py --port 8089 --upstream http://127.0.0.1:8088/v1 --constrain on
@@ -117,6 +123,15 @@ def tool_grammar(tools: list[dict[str, Any]], allow_text: bool) -> str:
     else:
         lines.insert(0, "root ::= call")
     return "\n".join(lines) + "\n" + defs + "\n" + _JSON_RULES
+
+
+def json_object_format(fmt: Any) -> dict[str, Any] | None:
+    """llama-cpp-python's form of an OpenAI `json_schema` response format (None: leave as is)."""
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return None
+    spec = fmt.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    return {"type": "json_object", **({"schema": schema} if isinstance(schema, dict) else {})}
 
 
 def _call_text(call: dict[str, Any]) -> str:
@@ -264,6 +279,9 @@ class Adapter(BaseHTTPRequestHandler):
         tools = body.get("tools") or []
         choice = body.get("tool_choice")
         if not tools or choice == "none":
+            fmt = json_object_format(body.get("response_format"))
+            if fmt is not None:
+                raw = json.dumps({**body, "response_format": fmt}).encode()
             got = self._forward("POST", raw)
             if got is not None:
                 self._send(got[0], got[1], {"X-Dtdr-Constrained": "off"})
