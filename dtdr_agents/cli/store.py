@@ -112,6 +112,8 @@ def cmd_refit(args: argparse.Namespace) -> int:
 
     if args.keep < 1:
         raise CLIError("--keep must be at least 1")
+    if args.max_runs < 0:
+        raise CLIError("--max-runs must be at least 0 (0: every run)")
     if args.tools:
         from dtdr_agents.datasets import load_tools
 
@@ -128,16 +130,20 @@ def cmd_refit(args: argparse.Namespace) -> int:
         f"fitting {args.retriever} on the runs of the store, {len(tools)} tools ...",
         file=sys.stderr,
     )
-    version, _ = refit_and_publish(
+    report = refit_and_publish(
         args.store,
         args.publish,
         tools,
         retriever=args.retriever,
         keep=args.keep,
         include_failures=args.include_failures,
+        max_runs=args.max_runs or None,
+        cache_dir=args.cache_dir,
         **params,
     )
+    version = report.version
     print(f"published {version.name} to {Path(args.publish) / POINTER} ({version.note})")
+    print(report.summary())
     return 0
 
 
@@ -152,6 +158,8 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any) -> None:
     """Add ``store import|stats|bench``, ``refit`` and ``rollback``."""
+    from dtdr_agents.retrievers.refit import DEFAULT_MAX_RUNS
+
     store = sub.add_parser("store", help="the run store: import traces, show what it holds")
     cmds = store.add_subparsers(dest="store_command", required=True)
     imp = cmds.add_parser(
@@ -203,7 +211,10 @@ def add_commands(sub: Any) -> None:
         description=(
             "Fit a retriever on the store's runs (failed runs left out) and publish it as a "
             "new version of DIR: the version is checked by loading it, then DIR/latest moves "
-            "to it in one atomic rename. Agents started on DIR/latest take it up between steps."
+            "to it in one atomic rename. Agents started on DIR/latest take it up between steps. "
+            "The store is read newest first, a batch of rows at a time, up to --max-runs runs; "
+            "texts already in the embedding cache are not encoded again. Prints what was read, "
+            "how many runs are new since the last refit, and the texts encoded and cached."
         ),
     )
     refit.add_argument("--store", default="sqlite:///runs.db", help=STORE_HELP)
@@ -215,6 +226,16 @@ def add_commands(sub: Any) -> None:
     refit.add_argument("--encoder", help="encoder ('default', 'tfidf', a model name or folder)")
     refit.add_argument("--keep", type=int, default=5, help="versions kept (default 5)")
     refit.add_argument("--include-failures", action="store_true", help="learn from failed runs too")
+    refit.add_argument(
+        "--max-runs",
+        type=int,
+        default=DEFAULT_MAX_RUNS,
+        help=f"learn from the store's most recent runs, at most this many (default "
+        f"{DEFAULT_MAX_RUNS}; 0: every run, and memory and time grow with the store)",
+    )
+    refit.add_argument(
+        "--cache-dir", help="embedding cache folder (default: the user cache folder)"
+    )
     refit.set_defaults(func=cmd_refit)
     back = sub.add_parser("rollback", help="move DIR/latest back to an earlier version")
     back.add_argument("--publish", required=True, metavar="DIR", help="publish folder")

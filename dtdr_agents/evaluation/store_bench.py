@@ -227,9 +227,8 @@ def reload_load(
                 time.sleep(0.05)
             recorded = store.count()
         t0 = time.monotonic()
-        version, fitted_on = refit_and_publish(
-            url, pub, data.tools, retriever="dtdr-c", encoder=encoder
-        )
+        report = refit_and_publish(url, pub, data.tools, retriever="dtdr-c", encoder=encoder)
+        version, fitted_on = report.version, report.runs_fitted
         published = time.monotonic()
         names = {f"agent{a}" for a in range(agents)}
         while time.monotonic() < published + takeup_timeout:

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from sqlalchemy import Engine, create_engine, event, func, select
+from sqlalchemy import Engine, and_, create_engine, event, func, or_, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 from sqlalchemy.sql.dml import Insert
@@ -49,7 +49,13 @@ OUTCOMES = ("success", "failure")
 SQLITE_BUSY_MS = 60_000
 """How long an SQLite writer waits for the write lock before it fails."""
 
+READ_BATCH = 1_000
+"""Rows a read fetches from the database at a time (PostgreSQL: a server-side cursor)."""
+
 Outcome = Literal["success", "failure"]
+
+RunKey = tuple[datetime, str]
+"""A run's place in recording order: its time, then its id."""
 
 
 @dataclass(frozen=True)
@@ -147,9 +153,7 @@ class RunRecord:
 
     @classmethod
     def _from_row(cls, row: Any) -> RunRecord:
-        created = row.created_at
-        if created.tzinfo is None:  # SQLite returns naive datetimes
-            created = created.replace(tzinfo=UTC)
+        created = _aware(row.created_at)
         arguments = None
         if row.arguments is not None:
             arguments = tuple(
@@ -168,6 +172,17 @@ class RunRecord:
             created_at=created,
             catalogue=row.catalogue,
         )
+
+
+def _aware(moment: datetime) -> datetime:
+    """`moment` in UTC when it has no time zone (SQLite returns naive datetimes)."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+def _after(key: RunKey) -> Any:
+    """The SQL condition: a run comes after `key` in recording order (time, then id)."""
+    moment, run_id = key
+    return or_(Run.created_at > moment, and_(Run.created_at == moment, Run.id > run_id))
 
 
 def _without_password(text: str) -> str:
@@ -297,8 +312,13 @@ class RunStore:
         outcome: Outcome | None = None,
         session: str | None = None,
         since: datetime | None = None,
+        batch_size: int = READ_BATCH,
     ) -> Iterator[RunRecord]:
-        """The runs in recording order (time, then id), optionally filtered."""
+        """The runs in recording order (time, then id), optionally filtered.
+
+        Rows are fetched `batch_size` at a time (`_stream`), so memory does not grow with
+        the store unless the caller keeps the runs.
+        """
         query = select(Run.__table__).order_by(Run.created_at, Run.id)
         if outcome is not None:
             query = query.where(Run.outcome == outcome)
@@ -306,9 +326,85 @@ class RunStore:
             query = query.where(Run.session == session)
         if since is not None:
             query = query.where(Run.created_at >= since)
+        yield from self._stream(query, batch_size)
+
+    def _stream(self, query: Any, batch_size: int) -> Iterator[RunRecord]:
+        """The runs `query` selects, fetched `batch_size` rows at a time."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         with self.engine.connect() as conn:
-            for row in conn.execute(query):
-                yield RunRecord._from_row(row)
+            result = conn.execution_options(stream_results=True, yield_per=batch_size).execute(
+                query
+            )
+            for batch in result.partitions():
+                for row in batch:
+                    yield RunRecord._from_row(row)
+
+    def newest(self) -> RunKey | None:
+        """The key of the run recorded last (None: the store is empty)."""
+        query = select(Run.created_at, Run.id).order_by(Run.created_at.desc(), Run.id.desc())
+        with self.engine.connect() as conn:
+            row = conn.execute(query.limit(1)).first()
+        return None if row is None else (_aware(row[0]), str(row[1]))
+
+    def count_after(self, key: RunKey) -> int:
+        """How many runs come after `key` in recording order (recorded since then)."""
+        with self.engine.connect() as conn:
+            query = select(func.count()).select_from(Run).where(_after(key))
+            return int(conn.execute(query).scalar_one())
+
+    def recent_demonstrations(
+        self,
+        limit: int | None,
+        tools: Toolset,
+        *,
+        exclude_failures: bool = True,
+        upto: RunKey | None = None,
+        batch_size: int = READ_BATCH,
+    ) -> tuple[list[Demonstration], int]:
+        """The last `limit` runs as demonstrations, in recording order, read newest first.
+
+        Runs are streamed `batch_size` rows at a time from the newest (at or before `upto`,
+        when given) back, and the read stops once `limit` demonstrations are kept: memory
+        and time grow with `limit`, not with the store. Failed runs (unless
+        `exclude_failures` is False) and runs with no calls are left out, as by
+        `demonstrations`.
+
+        Args:
+            limit: Demonstrations kept at most (None: every run of the store).
+            tools: The catalogue every kept run is checked against.
+            exclude_failures: Leave out the runs whose outcome was a failure.
+            upto: Read no run recorded after this key.
+            batch_size: Rows fetched at a time.
+
+        Returns:
+            The demonstrations, oldest first, and how many runs were read to find them.
+
+        Raises:
+            InvalidDemonstrationError: A kept run calls a tool outside `tools` (named with
+                its id).
+            ValueError: `limit` is below 1.
+        """
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1 or None, got {limit}")
+        query = select(Run.__table__).order_by(Run.created_at.desc(), Run.id.desc())
+        if exclude_failures:
+            query = query.where(or_(Run.outcome.is_(None), Run.outcome != "failure"))
+        if upto is not None:
+            query = query.where(~_after(upto))
+        kept: list[Demonstration] = []
+        read = 0
+        for run in self._stream(query, batch_size):
+            read += 1
+            if not run.calls:
+                continue
+            demo = run.demonstration()
+            demo.check_tools(tools)
+            kept.append(demo)
+            if limit is not None and len(kept) >= limit:
+                break
+        kept.reverse()
+        return kept, read
 
     def demonstrations(self, *, exclude_failures: bool = True) -> list[Demonstration]:
         """The runs as demonstrations, in recording order; failed runs are left out by default.
