@@ -215,6 +215,29 @@ def test_endpoint_caches_by_body_and_enforces_the_step_limit(tmp_path: Path) -> 
     assert replay.end().missing is not None
 
 
+def test_a_replay_answers_a_changed_request_by_its_place_in_the_run(tmp_path: Path) -> None:
+    chat = _Chat()
+    live = BenchEndpoint("m", StepCache(tmp_path / "c.jsonl"), chat, counter=CharApproxCounter())  # type: ignore[arg-type]
+    second = {**BODY, "messages": [*BODY["messages"], {"role": "user", "content": "go on"}]}
+    for plan in (0, 1):
+        live.begin("x", plan, 5)
+        live.complete({**BODY, "plan": plan})
+        live.complete({**second, "plan": plan})
+        live.end()
+    replay = BenchEndpoint("m", StepCache(tmp_path / "c.jsonl"), None, counter=CharApproxCounter())
+    replay.begin("x", 1, 5)
+    replay.complete({**BODY, "plan": 1})  # recorded as it is
+    tie = {**second, "plan": 1, "tools": [{"type": "function", "function": {"name": "t"}}]}
+    assert replay.complete(tie)["choices"]  # a near tie bound another tool: the 2nd answer
+    with pytest.raises(StepNotCachedError, match="x on plan 1, agent call 3"):
+        replay.complete({**second, "plan": 9})  # no third call was ever recorded
+    log = replay.end()
+    assert (log.changed, replay.changed) == (1, 1) and chat.asked == 4
+    replay.begin("y", 0, 5)  # another contestant's run has no recorded calls
+    with pytest.raises(StepNotCachedError):
+        replay.complete(BODY)
+
+
 def test_endpoint_fault_is_marked_and_never_cached(tmp_path: Path) -> None:
     from dtdr_agents.foundation.errors import ChatModelError
     from dtdr_agents.foundation.retry import EndpointFaultError

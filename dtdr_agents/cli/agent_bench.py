@@ -132,9 +132,18 @@ def cmd_agent_bench(args: argparse.Namespace) -> int:
         "max_prompt_tokens": args.max_prompt_tokens,
         "provenance": provenance([args.seed]),
     }
+    if args.replay:
+        meta["replayed_changed_requests"] = endpoint.changed
     report = results_json(runs, names, len(test.demos), meta=meta, seed=args.seed)
     atomic_write_text(args.json, json.dumps(report, indent=2, sort_keys=True) + "\n")
     print(format_agent_bench_markdown(report))
+    if endpoint.changed:
+        print(
+            f"replay: {endpoint.changed} call(s) sent a request body other than the recorded "
+            "one (a near tie ranked otherwise here) and got the answer recorded for that call "
+            "of the run",
+            file=sys.stderr,
+        )
     faults = [r for r in runs if r.status == "endpoint_error"]
     if faults:
         print(

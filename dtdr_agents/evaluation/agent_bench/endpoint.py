@@ -7,8 +7,11 @@ being the model, the contestant, the caller's role and a hash of the full reques
 it is sent through `OpenAIChat.create` (retries with backoff on 429/5xx, time-outs, dropped
 connections and endpoint faults, `dtdr_agents.foundation.retry`), and the answer is cached.
 A request that still fails is never cached: the run is marked with the fault and the
-benchmark exits non-zero. In a replay (`chat` None) a request missing from the cache is a
-`StepNotCachedError` naming it.
+benchmark exits non-zero. In a replay (`chat` None) a request missing from the cache is
+answered by the answer recorded for the same call of the same run (contestant, role, plan and
+the call's place in the run) and counted in `changed`: on another machine a near tie in a
+floating-point ranking can change a request's body. A call the cache has no answer for at
+all is a `StepNotCachedError` naming it.
 
 The endpoint also enforces the step limit: the agent's model calls of a run are counted and
 the one past the limit is refused with `StepLimitError` before anything is sent.
@@ -91,6 +94,7 @@ class RunLog:
     limit_hit: bool = False
     fault: str | None = None
     missing: str | None = None
+    changed: int = 0
 
     @property
     def agent_calls(self) -> list[ModelCall]:
@@ -123,6 +127,9 @@ class BenchEndpoint:
         self.chat = chat
         self.counter = counter or get_token_counter()
         self.current: RunLog | None = None
+        self.changed = 0
+        """Replayed calls whose request body was not the recorded one (see the module)."""
+        self._recorded: dict[tuple[Any, ...], list[dict[str, Any]]] | None = None
 
     @property
     def replay(self) -> bool:
@@ -168,10 +175,26 @@ class BenchEndpoint:
         body = {**body, "model": self.model}
         key = step_key(self.model, log.contestant, role, body_hash(body))
         row = self.cache.get(key)
+        if row is None and self.replay:
+            row = self._recorded_call(log, role)
+            if row is not None:
+                log.changed += 1
+                self.changed += 1
         if row is None:
             row = self._ask(body, key, role, log)
         log.calls.append(self._call(body, role, row))
         return dict(row["response"])
+
+    def _recorded_call(self, log: RunLog, role: str) -> dict[str, Any] | None:
+        """The cached answer to this call of this run, by its place (the cache is in order)."""
+        if self._recorded is None:
+            self._recorded = {}
+            for row in self.cache.rows():
+                where = (row.get("model"), row.get("contestant"), row.get("role"), row.get("plan"))
+                self._recorded.setdefault(where, []).append(row)
+        rows = self._recorded.get((self.model, log.contestant, role, log.plan), [])
+        n = sum(c.role == role for c in log.calls)
+        return rows[n] if n < len(rows) else None
 
     def _ask(self, body: dict[str, Any], key: str, role: str, log: RunLog) -> dict[str, Any]:
         if self.chat is None:
