@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -251,3 +252,29 @@ def test_endpoint_fault_is_marked_and_never_cached(tmp_path: Path) -> None:
         endpoint.complete(BODY)
     assert endpoint.end().fault == "endpoint"
     assert len(cache) == 0 and not (tmp_path / "c.jsonl").exists()
+
+
+def test_an_agent_bench_block_is_generated_from_its_json(tmp_path: Path) -> None:
+    from dtdr_agents.evaluation.agent_bench import RunResult, results_json
+    from dtdr_agents.evaluation.docsync import ResultsError, render
+    from dtdr_agents.evaluation.report import provenance
+
+    runs = [
+        RunResult(name, plan, "scored", 1, success=ok, matched=int(ok), called=["a"])
+        for plan in range(12)
+        for name, ok in (("dtdr", True), ("bm25", plan % 3 == 0))
+    ]
+    meta = {"dataset": "d", "model": "m", "replay": True, "n_tools": 4}
+    report = results_json(runs, ["dtdr", "bm25"], 12, meta={**meta, "provenance": provenance([0])})
+    (tmp_path / "ab.json").write_text(json.dumps(report))
+    body = render("agent-bench ab.json", tmp_path, where="README.md:1")
+    assert "| dtdr | 100.0" in body and "| bm25 | 33.3" in body
+    assert "| dtdr vs bm25 |" in body and "beats" in body and "model m (replayed)" in body
+    del report["contestants"]["bm25"]
+    (tmp_path / "bad.json").write_text(json.dumps(report))
+    with pytest.raises(ResultsError, match=r"bad\.json.*bm25"):
+        render("agent-bench bad.json", tmp_path, where="README.md:1")
+    report["kind"] = "e2e"
+    (tmp_path / "bad.json").write_text(json.dumps(report))
+    with pytest.raises(ResultsError, match=r"bad\.json.*kind"):
+        render("agent-bench bad.json", tmp_path, where="README.md:1")

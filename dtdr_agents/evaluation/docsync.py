@@ -10,11 +10,12 @@ name what generates it::
 Kinds: ``table FILE`` (one bench or demo report: every retriever, the paired comparisons),
 ``curve FILE`` (its learning curve), ``headline FILE ...`` (`hybrid` against the best other
 retriever of each run), ``scale FILE`` (the large-catalogue benchmark), ``speed FILE``
-(`dtdr-agents speed`), ``peers FILE ...`` (`dtdr-agents speed --peers`) and ``e2e FILE``
+(`dtdr-agents speed`), ``peers FILE ...`` (`dtdr-agents speed --peers`), ``e2e FILE``
 (an end-to-end run with a real model: its figures with their intervals, the paired
-comparisons and the targets). FILE is relative to the
-results folder. Every JSON is validated first (protocol, required fields, at least
-`MIN_SEEDS` seeds); a bad one names the file and the field, and nothing is written.
+comparisons and the targets) and ``agent-bench FILE`` (live agents with a real model: every
+contestant with intervals, the paired verdicts). FILE is relative to the results folder.
+Every JSON is validated first (protocol, required fields, at least `MIN_SEEDS` seeds); a bad
+one names the file and the field, and nothing is written.
 """
 
 from __future__ import annotations
@@ -191,6 +192,44 @@ def render_e2e(report: Mapping[str, Any], name: str) -> str:
         f"{str(prov['commit'])[:7]}, {prov['cpu_count']} cores).",
     ]
     return "\n".join(lines)
+
+
+class _AgentBenchReport(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    kind: Literal["agent-bench"]
+    replay: bool
+    dataset: str
+    model: str
+    n_plans: int
+    n_tools: int
+    provenance: _Provenance
+    contestant_order: list[str]
+    contestants: dict[str, dict[str, Any]]
+    comparisons: list[dict[str, Any]]
+
+
+def load_agent_bench(path: Path) -> dict[str, Any]:
+    """A validated `dtdr-agents agent-bench ... --json` report (a run or its replay)."""
+    data = _validated(path, _AgentBenchReport)
+    missing = [n for n in data["contestant_order"] if n not in data["contestants"]]
+    if missing:
+        raise ResultsError(f"{path}: contestant_order names {missing}, absent from contestants")
+    return data
+
+
+def render_agent_bench(report: Mapping[str, Any], name: str) -> str:
+    """Live agents: every contestant's figures with intervals, then the paired verdicts."""
+    from dtdr_agents.evaluation.agent_bench import format_agent_bench_markdown
+
+    prov = report["provenance"]
+    return "\n".join(
+        [
+            format_agent_bench_markdown(report).rstrip("\n"),
+            "",
+            f"`{name}`: `{prov['command']}` (version {prov['version']}, commit "
+            f"{str(prov['commit'])[:7]}, {prov['cpu_count']} cores).",
+        ]
+    )
 
 
 def load_scale(path: Path) -> dict[str, Any]:
@@ -383,10 +422,13 @@ def render(spec: str, results_dir: Path, *, where: str, min_seeds: int = MIN_SEE
         body = render_peers(files, paths)
     elif kind == "e2e" and len(paths) == 1:
         body = render_e2e(load_e2e(paths[0]), files[0])
+    elif kind == "agent-bench" and len(paths) == 1:
+        body = render_agent_bench(load_agent_bench(paths[0]), files[0])
     else:
         raise ResultsError(
             f"{where}: marker '{spec}': kind must be 'table FILE', 'curve FILE', "
-            "'headline FILE ...', 'scale FILE', 'speed FILE', 'peers FILE ...' or 'e2e FILE'"
+            "'headline FILE ...', 'scale FILE', 'speed FILE', 'peers FILE ...', 'e2e FILE' "
+            "or 'agent-bench FILE'"
         )
     return body + "\n"
 
