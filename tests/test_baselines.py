@@ -558,3 +558,18 @@ def test_peer_gtc_learns_relations_and_uses_history(split: Any, data: Any) -> No
         train, data.tools
     )
     assert sparse.relations_ == []
+
+
+def test_peer_gtc_with_tfidf_fits_and_loads_the_same(split: Any, data: Any, tmp_path: Any) -> None:
+    """TF-IDF is fitted on the saved catalogue, so the loaded model embeds as the fit did."""
+    pytest.importorskip("graph_tool_call")
+    from dtdr_agents.retrievers import load_retriever
+
+    train, test = split
+    model = GraphToolCallRetriever(encoder="tfidf").fit(train, data.tools)
+    model.save(tmp_path / "m")
+    loaded = load_retriever(tmp_path / "m")
+    for d in test[:5]:
+        for s in d.steps():
+            got, want = loaded.rank(d.query, s.history), model.rank(d.query, s.history)
+            assert got.ranked_names() == want.ranked_names()

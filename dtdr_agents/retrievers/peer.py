@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from dtdr_agents.foundation.checks import check_number
-from dtdr_agents.foundation.encoders import Encoder, get_encoder
+from dtdr_agents.foundation.encoders import Encoder, FittableEncoder, get_encoder
 from dtdr_agents.foundation.errors import ModelLoadError
 from dtdr_agents.foundation.types import Demonstration, Toolset
 from dtdr_agents.retrievers.base import Scores, ToolRetriever
@@ -156,6 +156,9 @@ class GraphToolCallRetriever(ToolRetriever):
             graph.add_relation(source, target, "precedes")
         if self.encoder is not None:
             encoder = get_encoder(self.encoder)
+            if isinstance(encoder, FittableEncoder) and not encoder.is_fitted:
+                # on the catalogue alone, which is saved: a loaded model embeds as the fit did
+                encoder.fit([t.text() for t in self.fit_tools_])
 
             def embed(texts: list[str]) -> list[list[float]]:
                 rows: list[list[float]] = encoder.encode(list(texts)).tolist()
