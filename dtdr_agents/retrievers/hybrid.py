@@ -39,7 +39,8 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, ClassVar, Self
 
 import numpy as np
@@ -109,6 +110,34 @@ L2_SELECT_GROUPS = 3
 
 LINEAR_FINE_BATCH = 8
 """Mini-batch size of the second structured DTDR-L (the first uses DTDR-L's default, 32)."""
+
+FIT_THREADS = 1
+"""BLAS and torch threads while `fit` runs (`fit_threads`). Its products are small (a request
+against the demonstrations, k-means++ distances, the combiner's matrix-vector products,
+DTDR-L's mini-batches), where threads cost more than they give on a machine that runs other
+work: 2,500 demo-set demonstrations, embeddings cached, on a 2-core machine under load, the
+fit took 102.3 s with 2 BLAS threads and 37.4 s with 1, to the same weights within 1e-5; an
+Adam step of DTDR-L's loop on a mini-batch of 8 with 1,920 inputs and 1,350 outputs (the size
+of Seal-Tools' called tools) took 4.6 ms with 1 torch thread and 33 to 47 ms with 2."""
+
+
+@contextmanager
+def fit_threads(n: int) -> Iterator[None]:
+    """Run the block with `n` BLAS threads and `n` torch threads, then restore both.
+
+    Both settings are the process's: rankings served by other threads meanwhile run with
+    them too (same results, other speed).
+    """
+    import torch
+    from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        with threadpool_limits(n, user_api="blas"):
+            yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class HybridRetriever(HybridFeatures):
@@ -194,12 +223,13 @@ class HybridRetriever(HybridFeatures):
     def _fit(self, demos: list[Demonstration], tools: Toolset) -> None:
         # the cross-fitting scores the demonstrations by their clauses: no planner calls
         planner, self.goal_planner = self.goal_planner, None
-        try:
-            self._fit_hybrid(demos, tools)
-        finally:
-            self.goal_planner = planner
-            self._plans = None
-        self._calibrate_ood(demos, tools)
+        with fit_threads(FIT_THREADS):
+            try:
+                self._fit_hybrid(demos, tools)
+            finally:
+                self.goal_planner = planner
+                self._plans = None
+            self._calibrate_ood(demos, tools)
 
     def _fit_hybrid(self, demos: list[Demonstration], tools: Toolset) -> None:
         assert self.tool_embeddings_ is not None
@@ -588,6 +618,7 @@ __all__ = [
     "CHAIN_EPS",
     "FEATURES",
     "FEATURE_REVISION",
+    "FIT_THREADS",
     "KNN",
     "KNN_TEMPERATURE",
     "L2_MULTIPLES",

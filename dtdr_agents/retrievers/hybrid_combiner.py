@@ -190,8 +190,33 @@ class _HeldOut:
 
     def log_sum_exp(self, s: np.ndarray) -> np.ndarray:
         """Per step, log sum exp of the row scores `s` (-inf rows count as absent)."""
-        top = np.maximum.reduceat(s, self.starts)
-        return top + np.log(np.add.reduceat(np.exp(s - top[self.step_of_row]), self.starts))
+        return _log_softmax(s, self.starts, self.step_of_row)[0]
+
+    @cached_property
+    def good_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The acceptable rows: their indices, features, steps and each step's first one.
+
+        Every step has at least one (`stack`'s callers keep only such steps), so the
+        combiner's loss can take the acceptable candidates' log-sum-exp over these rows alone.
+        """
+        rows = np.flatnonzero(self.good)
+        steps = self.step_of_row[rows]
+        starts = np.searchsorted(steps, np.arange(self.n_steps))
+        return rows, self.x[rows], steps, starts
+
+
+def _log_softmax(
+    s: np.ndarray, starts: np.ndarray, step_of_row: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(per step, log sum exp of the row scores `s`; each row's softmax probability in its step).
+
+    One exponential per row: the probabilities are the shifted exponentials over their
+    step's sum, not a second exponential of the scores less the log-sum-exp.
+    """
+    top = np.maximum.reduceat(s, starts)
+    e = np.exp(s - top[step_of_row])
+    total = np.add.reduceat(e, starts)
+    return top + np.log(total), e / total[step_of_row]
 
 
 def _fit_combiner(held: _HeldOut, prior: np.ndarray, l2: float) -> np.ndarray:
@@ -218,6 +243,7 @@ def _fit_combiner(held: _HeldOut, prior: np.ndarray, l2: float) -> np.ndarray:
     if held.n_steps == 0:
         return prior.copy()
     row_step = held.step_of_row
+    good_rows, good_x, good_step, good_starts = held.good_rows
     second_moment = held.x.T @ held.x / len(held.x) + RIDGE * np.eye(held.x.shape[1])
 
     # The optimiser works on v = (w - prior) * scale: features on different scales become
@@ -227,13 +253,12 @@ def _fit_combiner(held: _HeldOut, prior: np.ndarray, l2: float) -> np.ndarray:
     def loss_and_grad(v: np.ndarray) -> tuple[float, np.ndarray]:
         d = v / scale
         s = held.x @ (prior + d)
-        lse_all = held.log_sum_exp(s)
-        lse_good = held.log_sum_exp(np.where(held.good, s, -np.inf))
-        p_all = np.exp(s - lse_all[row_step])
-        p_good = np.where(held.good, np.exp(s - lse_good[row_step]), 0.0)
+        lse_all, p_all = _log_softmax(s, held.starts, row_step)
+        # the acceptable candidates' terms over their rows only (a few per step)
+        lse_good, p_good = _log_softmax(s[good_rows], good_starts, good_step)
         gd = second_moment @ d
         loss = float((lse_all - lse_good).sum() + 0.5 * l2 * (d @ gd))
-        return loss, (held.x.T @ (p_all - p_good) + l2 * gd) / scale
+        return loss, (held.x.T @ p_all - good_x.T @ p_good + l2 * gd) / scale
 
     res = minimize(
         loss_and_grad,
