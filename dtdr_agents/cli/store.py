@@ -103,6 +103,31 @@ def cmd_store_bench(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def cmd_refit_bench(args: argparse.Namespace) -> int:
+    """Fit and refit costs on a large generated store; print (and write) the figures."""
+    import json
+
+    from dtdr_agents.evaluation.refit_bench import format_refit, refit_bench
+    from dtdr_agents.evaluation.report import provenance
+    from dtdr_agents.foundation.atomic import atomic_write_text
+
+    if min(args.store_runs, args.new_runs, args.fit_runs, args.max_runs) < 1:
+        raise CLIError("--store-runs, --new-runs, --fit-runs and --max-runs must be at least 1")
+    result = refit_bench(
+        store_runs=args.store_runs,
+        new_runs=args.new_runs,
+        fit_runs=args.fit_runs,
+        max_runs=args.max_runs,
+        retriever=args.retriever,
+        encoder=args.encoder,
+    )
+    result["provenance"] = provenance([], args.argv)
+    print(format_refit(result))
+    if args.json:
+        atomic_write_text(args.json, json.dumps(result, indent=2) + "\n")
+    return 0 if all(result["checks"].values()) else 1
+
+
 def cmd_refit(args: argparse.Namespace) -> int:
     """Fit on the store's runs and publish the model as a new version behind `latest`."""
     from dtdr_agents.retrievers import load_retriever
@@ -157,7 +182,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: Any) -> None:
-    """Add ``store import|stats|bench``, ``refit`` and ``rollback``."""
+    """Add ``store import|stats|bench|refit-bench``, ``refit`` and ``rollback``."""
     from dtdr_agents.retrievers.refit import DEFAULT_MAX_RUNS
 
     store = sub.add_parser("store", help="the run store: import traces, show what it holds")
@@ -205,6 +230,26 @@ def add_commands(sub: Any) -> None:
     )
     bench.add_argument("--json", help="write the figures to this JSON file")
     bench.set_defaults(func=cmd_store_bench)
+    rbench = cmds.add_parser(
+        "refit-bench",
+        help="fit and refit costs: a fit on --fit-runs runs, then refits of a generated store "
+        "of --store-runs runs before and after --new-runs new ones (wall time, peak RSS)",
+    )
+    rbench.add_argument("--store-runs", type=int, default=100_000, help="default 100000")
+    rbench.add_argument("--new-runs", type=int, default=1_000, help="default 1000")
+    rbench.add_argument("--fit-runs", type=int, default=1_000, help="default 1000")
+    rbench.add_argument(
+        "--max-runs",
+        type=int,
+        default=DEFAULT_MAX_RUNS,
+        help=f"the refit's window (default {DEFAULT_MAX_RUNS})",
+    )
+    rbench.add_argument("--retriever", default="hybrid", help="retriever id (default hybrid)")
+    rbench.add_argument(
+        "--encoder", default="default", help="encoder (default MiniLM, with the bench's cache)"
+    )
+    rbench.add_argument("--json", help="write the figures to this JSON file")
+    rbench.set_defaults(func=cmd_refit_bench)
     refit = sub.add_parser(
         "refit",
         help="fit on the run store and publish a new model version behind DIR/latest",

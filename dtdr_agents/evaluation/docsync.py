@@ -10,7 +10,8 @@ name what generates it::
 Kinds: ``table FILE`` (one bench or demo report: every retriever, the paired comparisons),
 ``curve FILE`` (its learning curve), ``headline FILE ...`` (`hybrid` against the best other
 retriever of each run), ``scale FILE`` (the large-catalogue benchmark), ``speed FILE``
-(`dtdr-agents speed`), ``peers FILE ...`` (`dtdr-agents speed --peers`), ``e2e FILE``
+(`dtdr-agents speed`), ``refit FILE`` (`dtdr-agents store refit-bench`), ``peers FILE ...``
+(`dtdr-agents speed --peers`), ``e2e FILE``
 (an end-to-end run with a real model: its figures with their intervals, the paired
 comparisons and the targets) and ``agent-bench FILE`` (live agents with a real model: every
 contestant with intervals, the paired verdicts). FILE is relative to the results folder.
@@ -262,6 +263,33 @@ def render_speed(data: Mapping[str, Any], name: str) -> str:
     return "\n".join(["```", format_speed(dict(data)), "```", "", f"`{name}`."])
 
 
+class _Refit(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    kind: Literal["refit-bench"]
+    retriever: str
+    encoder: str
+    fit_runs: int
+    new_runs: int
+    max_runs: int
+    n_tools: int
+    phases: dict[str, dict[str, Any]]
+    refit_ratio: float | None
+    checks: dict[str, bool]
+    provenance: _Provenance
+
+
+def render_refit(path: Path, name: str) -> str:
+    """`dtdr-agents store refit-bench` as a Markdown table, with its command."""
+    from dtdr_agents.evaluation.refit_bench import format_refit
+
+    data = _validated(path, _Refit)
+    prov = data["provenance"]
+    return (
+        f"{format_refit(data)}\n\n`{name}`: `{prov['command']}` (version {prov['version']}, "
+        f"commit {str(prov['commit'])[:7]}, {prov['cpu_count']} cores)."
+    )
+
+
 class _Peers(BaseModel):
     model_config = ConfigDict(extra="allow")
     kind: Literal["speed-peers"]
@@ -420,6 +448,8 @@ def render(spec: str, results_dir: Path, *, where: str, min_seeds: int = MIN_SEE
         body = render_speed(load_speed(paths[0]), files[0])
     elif kind == "peers":
         body = render_peers(files, paths)
+    elif kind == "refit" and len(paths) == 1:
+        body = render_refit(paths[0], files[0])
     elif kind == "e2e" and len(paths) == 1:
         body = render_e2e(load_e2e(paths[0]), files[0])
     elif kind == "agent-bench" and len(paths) == 1:
@@ -427,8 +457,8 @@ def render(spec: str, results_dir: Path, *, where: str, min_seeds: int = MIN_SEE
     else:
         raise ResultsError(
             f"{where}: marker '{spec}': kind must be 'table FILE', 'curve FILE', "
-            "'headline FILE ...', 'scale FILE', 'speed FILE', 'peers FILE ...', 'e2e FILE' "
-            "or 'agent-bench FILE'"
+            "'headline FILE ...', 'scale FILE', 'speed FILE', 'refit FILE', 'peers FILE ...', "
+            "'e2e FILE' or 'agent-bench FILE'"
         )
     return body + "\n"
 
