@@ -278,3 +278,26 @@ def test_an_agent_bench_block_is_generated_from_its_json(tmp_path: Path) -> None
     (tmp_path / "bad.json").write_text(json.dumps(report))
     with pytest.raises(ResultsError, match=r"bad\.json.*kind"):
         render("agent-bench bad.json", tmp_path, where="README.md:1")
+
+
+def test_plans_are_the_first_n_or_a_seeded_sample(capsys: pytest.CaptureFixture[str]) -> None:
+    from dtdr_agents.cli import main
+    from dtdr_agents.cli._common import plan_subset
+    from dtdr_agents.datasets.synthetic import make_demo_dataset
+
+    test = make_demo_dataset(40, seed=0)
+    queries = [d.query for d in test.demos]
+    first = plan_subset(test, first=5, sample=None, seed=0, first_flag="--plans")
+    assert [d.query for d in first.demos] == queries[:5]
+    drawn = [plan_subset(test, first=None, sample=5, seed=s, first_flag="--plans") for s in (0, 1)]
+    picked = [[queries.index(d.query) for d in t.demos] for t in drawn]
+    assert all(p == sorted(p) and len(p) == 5 for p in picked)  # kept in the split's order
+    assert picked[0] != picked[1] and picked[0] != list(range(5))
+    again = plan_subset(test, first=None, sample=5, seed=0, first_flag="--plans")
+    assert [d.query for d in again.demos] == [d.query for d in drawn[0].demos]
+    assert len(plan_subset(test, first=99, sample=None, seed=0, first_flag="--plans").demos) == 40
+    assert "--plans 99: the test split has only 40 plans" in capsys.readouterr().err
+    argv = ["agent-bench", "--dataset", "demo", "--json", "x.json", "--replay"]
+    with pytest.raises(SystemExit):
+        main([*argv, "--plans", "2", "--test-sample", "2"])
+    assert "not allowed with argument" in capsys.readouterr().err

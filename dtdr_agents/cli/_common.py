@@ -158,3 +158,46 @@ def load_split(args: argparse.Namespace) -> tuple[Dataset, Dataset]:
             f"loader: {problem_summary(problems)}; `dtdr-agents stats` lists them", file=sys.stderr
         )
     return train, test
+
+
+def add_plan_subset_arguments(parser: argparse.ArgumentParser, *, first: str) -> None:
+    """`first N` (the option named `first`) or `--test-sample N`, mutually exclusive."""
+    subset = parser.add_mutually_exclusive_group()
+    subset.add_argument(
+        first,
+        type=positive_int,
+        metavar="N",
+        help="score only the first N test plans of the split, keeping every demonstration "
+        "(--limit cuts the samples before the split)",
+    )
+    subset.add_argument(
+        "--test-sample",
+        type=positive_int,
+        metavar="N",
+        help="score N test plans drawn at random (seeded by --seed, kept in the split's "
+        "order), keeping every demonstration: for a published test split ordered by "
+        "difficulty, where the first N are not representative",
+    )
+
+
+def plan_subset(
+    test: Dataset, *, first: int | None, sample: int | None, seed: int, first_flag: str
+) -> Dataset:
+    """The test plans `add_plan_subset_arguments` chose: the first N, or a seeded sample."""
+    import dataclasses
+    import random
+
+    wanted = first if first is not None else sample
+    if wanted is None:
+        return test
+    plans = list(test.demos)
+    if wanted > len(plans):
+        option = first_flag if first is not None else "--test-sample"
+        print(
+            f"{option} {wanted}: the test split has only {len(plans)} plans; using them all",
+            file=sys.stderr,
+        )
+    elif first is None:  # seeded, kept in the split's order
+        keep = sorted(random.Random(f"test-sample:{seed}").sample(range(len(plans)), wanted))
+        plans = [plans[i] for i in keep]
+    return dataclasses.replace(test, demos=plans[:wanted])

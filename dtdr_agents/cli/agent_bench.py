@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -11,8 +10,10 @@ from typing import Any
 
 from dtdr_agents.cli._common import (
     CLIError,
+    add_plan_subset_arguments,
     add_split_arguments,
     load_split,
+    plan_subset,
     positive_int,
     split_ids,
 )
@@ -75,8 +76,9 @@ def cmd_agent_bench(args: argparse.Namespace) -> int:
     train, test = load_split(args)
     if test.set_valued:
         raise CLIError(f"dataset {train.name!r} is set-valued: a live agent needs ordered plans")
-    if args.plans is not None:
-        test = dataclasses.replace(test, demos=list(test.demos)[: args.plans])
+    test = plan_subset(
+        test, first=args.plans, sample=args.test_sample, seed=args.seed, first_flag="--plans"
+    )
     train, test, _ = api_split(train, test)
     zero_train = first_demos(train, test, 0)[0]
     cache_path = Path(args.step_cache or f"{args.json}.steps.jsonl")
@@ -180,7 +182,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--json", required=True, help="results JSON to write")
     p.add_argument("--step-cache", help="answer cache (default <json>.steps.jsonl)")
     p.add_argument("--replay", action="store_true", help="answer from the cache only, send nothing")
-    p.add_argument("--plans", type=positive_int, help="run only the first N test plans")
+    add_plan_subset_arguments(p, first="--plans")
     p.add_argument("--k", type=positive_int, default=5, help="tools per selection (default 5)")
     p.add_argument(
         "--max-prompt-tokens",

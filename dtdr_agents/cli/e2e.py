@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -11,9 +10,11 @@ from typing import Any
 
 from dtdr_agents.cli._common import (
     CLIError,
+    add_plan_subset_arguments,
     add_split_arguments,
     load_split,
     non_negative_int,
+    plan_subset,
     positive_int,
     split_ids,
 )
@@ -157,23 +158,13 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     origin = provenance([args.seed], getattr(args, "argv", None))
     origin["uncommitted"] = _uncommitted()  # the code that ran is the commit plus these
     train, test = load_split(args)
-    wanted = args.test_limit if args.test_limit is not None else args.test_sample
-    if wanted is not None:
-        option = "--test-limit" if args.test_limit is not None else "--test-sample"
-        plans = list(test.demos)
-        if wanted > len(plans):
-            print(
-                f"{option} {wanted}: the test split has only {len(plans)} plans; using them all",
-                file=sys.stderr,
-            )
-        elif args.test_sample is not None:  # seeded, kept in the split's order
-            import random
-
-            keep = sorted(
-                random.Random(f"test-sample:{args.seed}").sample(range(len(plans)), wanted)
-            )
-            plans = [plans[i] for i in keep]
-        test = dataclasses.replace(test, demos=plans[:wanted])
+    test = plan_subset(
+        test,
+        first=args.test_limit,
+        sample=args.test_sample,
+        seed=args.seed,
+        first_flag="--test-limit",
+    )
     zero_train = first_demos(train, test, 0)[0] if zero_shot else None
     cache_dir = None if args.no_cache else (args.cache_dir or default_cache_dir())
     encoder = get_encoder(args.encoder, cache_dir=cache_dir)
@@ -315,22 +306,7 @@ def add_commands(sub: Any) -> None:
         "demonstrations (as `bench --n-demos 0`) with prompts that carry no example "
         "demonstration either: a new user's first run, reported as its own row",
     )
-    subset = e2e.add_mutually_exclusive_group()
-    subset.add_argument(
-        "--test-limit",
-        type=positive_int,
-        metavar="N",
-        help="score only the first N test plans of the split, keeping every demonstration "
-        "(--limit cuts the samples before the split)",
-    )
-    subset.add_argument(
-        "--test-sample",
-        type=positive_int,
-        metavar="N",
-        help="score N test plans drawn at random (seeded by --seed, kept in the split's "
-        "order), keeping every demonstration: for a published test split ordered by "
-        "difficulty, where the first N are not representative",
-    )
+    add_plan_subset_arguments(e2e, first="--test-limit")
     e2e.add_argument(
         "--max-prompt-tokens",
         type=positive_int,
