@@ -259,7 +259,7 @@ def add_commands(sub: Any) -> None:
             "to it in one atomic rename. Agents started on DIR/latest take it up between steps. "
             "The store is read newest first, a batch of rows at a time, up to --max-runs runs; "
             "texts already in the embedding cache are not encoded again. Prints what was read, "
-            "how many runs are new since the last refit, and the texts encoded and cached."
+            "how many runs are new since the last refit, the texts encoded and the cache hits."
         ),
     )
     refit.add_argument("--store", default="sqlite:///runs.db", help=STORE_HELP)

@@ -176,7 +176,7 @@ def refit_bench(
 def format_refit(result: dict[str, Any]) -> str:
     """The benchmark as a Markdown table and a line of its settings and checks."""
     lines = [
-        "| phase | runs in store | read | fitted | new | texts encoded | texts cached | "
+        "| phase | runs in store | read | fitted | new | texts encoded | cache hits | "
         "read_s | fit_s | wall_s | peak_rss_mb |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -191,7 +191,7 @@ def format_refit(result: dict[str, Any]) -> str:
             f"| {name} | {p['runs_in_store']} | {p['runs_read']} | {p['runs_fitted']} | "
             f"{'-' if p['runs_new'] is None else p['runs_new']} | "
             f"{'-' if p['texts_encoded'] is None else p['texts_encoded']} | "
-            f"{'-' if p['texts_cached'] is None else p['texts_cached']} | "
+            f"{'-' if p['cache_hits'] is None else p['cache_hits']} | "
             f"{p['read_s']:.2f} | {p['fit_s']:.2f} | {p['wall_s']:.2f} | "
             f"{p['peak_rss_mb']:.0f} |"
         )

@@ -5,7 +5,7 @@ at a time: `RunStore.recent_demonstrations`), so its memory and time are bounded
 window, not by the store. The encoder's on-disk embedding cache is used, so a text a refit
 has already seen (a request of the runs fitted before, its clauses, the tool descriptions) is
 read back, not encoded again. What was new is reported (`RefitReport`): the runs read, the
-runs recorded since the previous refit, and the texts encoded against those found cached.
+runs recorded since the previous refit, the texts encoded and the look-ups the cache answered.
 
 The previous refit is remembered in ``DIR/refit.json`` beside the versions (the newest run of
 the store when it read it, and the store it read), so "new" means recorded after that run.
@@ -54,9 +54,10 @@ class RefitReport:
         runs_fitted: Demonstrations the model was fitted on.
         runs_new: Runs recorded since the previous refit into this folder from this store
             (None: no previous refit of it is on record).
-        texts_encoded: Texts the encoder computed (None: the encoder keeps no cache, e.g.
-            TF-IDF, which is fitted on the texts each time).
-        texts_cached: Texts found in the embedding cache (None as for `texts_encoded`).
+        texts_encoded: Texts the encoder computed: those in no cache (None: the encoder keeps
+            no cache, e.g. TF-IDF, which is fitted on the texts each time).
+        cache_hits: Encoder look-ups the embedding cache answered, in memory or on disk (a
+            text looked up again counts again; None as for `texts_encoded`).
         read_s: Seconds spent reading the store.
         fit_s: Seconds spent fitting, encoding included.
         publish_s: Seconds spent saving, checking and publishing.
@@ -68,7 +69,7 @@ class RefitReport:
     runs_fitted: int
     runs_new: int | None
     texts_encoded: int | None
-    texts_cached: int | None
+    cache_hits: int | None
     read_s: float
     fit_s: float
     publish_s: float
@@ -79,7 +80,7 @@ class RefitReport:
         texts = (
             "texts encoded: no cache (the encoder is fitted on them)"
             if self.texts_encoded is None
-            else f"texts encoded {self.texts_encoded}, cached {self.texts_cached}"
+            else f"texts encoded {self.texts_encoded}, cache hits {self.cache_hits}"
         )
         return (
             f"{self.version.name}: fitted on {plural(self.runs_fitted, 'run')} "
@@ -180,7 +181,7 @@ def refit_and_publish(
         runs_fitted=len(demos),
         runs_new=new,
         texts_encoded=None if after is None or before is None else after[1] - before[1],
-        texts_cached=None if after is None or before is None else after[0] - before[0],
+        cache_hits=None if after is None or before is None else after[0] - before[0],
         read_s=round(t1 - t0, 3),
         fit_s=round(t2 - t1, 3),
         publish_s=round(time.perf_counter() - t2, 3),
