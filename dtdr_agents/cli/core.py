@@ -387,6 +387,7 @@ def _speed_peers(args: argparse.Namespace) -> int:
     from dtdr_agents.evaluation.perf import format_peers, load_peer_factory, run_peers
     from dtdr_agents.evaluation.report import provenance, write_json
 
+    origin = provenance([args.seed], getattr(args, "argv", None))  # the code that runs
     try:
         make_peers = load_peer_factory()
     except ImportError as exc:
@@ -413,7 +414,7 @@ def _speed_peers(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise CLIError(str(exc)) from exc
-    figures["provenance"] = provenance([args.seed], getattr(args, "argv", None))
+    figures["provenance"] = origin
     print(format_peers([(args.json or "(not written)", figures)]))
     if args.json:
         write_json(args.json, figures)

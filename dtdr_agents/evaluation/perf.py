@@ -713,5 +713,6 @@ def format_peers(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
     lines += [f"- {peer}: {text}." for peer, text in does.items()]
     passes = reports[0][1]["passes"] if reports else {}
     lines += [f"- {p}: {one['encoding']}." for p, one in passes.items()]
-    lines += ["", *sources]
+    for source in sources:
+        lines += ["", source]
     return "\n".join(lines)
