@@ -149,12 +149,15 @@ def refit_bench(
         initial = _in_fresh_process(*args)
         fill_store(large, new_runs, seed=1, prefix="new", offset=store_runs)
         after = _in_fresh_process(*args)
+    from dtdr_agents.foundation.encoders import get_encoder
+
     ratio = round(after["wall_s"] / fit["wall_s"], 3) if fit["wall_s"] else None
     peak = max(p["peak_rss_mb"] for p in (fit, initial, after))
     return {
         "kind": "refit-bench",
         "retriever": retriever,
         "encoder": encoder,
+        "encoder_id": get_encoder(encoder).id,  # the model a spec such as "default" names
         "store_runs": store_runs,
         "new_runs": new_runs,
         "fit_runs": fit_runs,
@@ -198,7 +201,8 @@ def format_refit(result: dict[str, Any]) -> str:
     checks = "; ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in result["checks"].items())
     lines += [
         "",
-        f"`{result['retriever']}`, encoder {result['encoder']}, window {result['max_runs']} "
+        f"`{result['retriever']}`, encoder {result.get('encoder_id', result['encoder'])}, "
+        f"window {result['max_runs']} "
         f"runs, {result['n_tools']} tools; refit after the new runs / fit = "
         f"{result['refit_ratio']}; {checks}.",
     ]
