@@ -124,7 +124,7 @@ votes, BM25's score difference) is nearly free, and 12 demonstrations of two pla
 enough to rank a demonstrated tool above the only relevant, never demonstrated one."""
 
 
-FIT_OPTIONS: dict[str, float] = {"maxiter": 10000, "ftol": 1e-15, "gtol": 1e-10}
+FIT_OPTIONS: dict[str, float] = {"maxiter": 10000, "ftol": 1e-15, "gtol": 1e-10, "maxcor": 40}
 """L-BFGS-B's stopping rule for the combiner: run to the optimum, not near it.
 
 The loss is strictly convex, so its optimum is one point, the same on every machine. SciPy's
@@ -132,7 +132,9 @@ default stop (a relative reduction of 2.2e-9) left the weights up to 0.1 from it
 that depended on the order of floating-point sums: a fit with 1 thread and one with 2 gave
 probabilities up to 0.0067 apart, so an end-to-end prompt (probabilities to 3 decimals)
 recorded on one machine was not rebuilt on another. Run to this tolerance, they agree to
-about 1e-6 (TaskBench-HF, 624 demonstrations)."""
+about 1e-6 (TaskBench-HF, 624 demonstrations). L-BFGS keeps 40 past steps (SciPy's default
+is 10): on 2,500 demo-set demonstrations (214,940 held-out rows) the fit took 7.7 s instead
+of 21.7 s, to weights 2e-5 apart and a lower loss."""
 
 
 def _prior_vector() -> np.ndarray:
