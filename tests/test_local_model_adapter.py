@@ -90,11 +90,15 @@ def test_structured_output_reaches_the_server_in_its_own_form(adapter_url: str) 
     sent = _Upstream.bodies[-1]
     assert sent["response_format"] == {"type": "json_object", "schema": SCHEMA}
     assert sent["messages"] == messages
+    assert sent["max_tokens"] == 1024  # no limit in the request: the adapter's cap
     # other formats pass through as they came
     _post(adapter_url, {"model": "m", "messages": messages, "response_format": {"type": "text"}})
     assert _Upstream.bodies[-1]["response_format"] == {"type": "text"}
-    _post(adapter_url, {"model": "m", "messages": messages})
+    _post(adapter_url, {"model": "m", "messages": messages, "max_completion_tokens": 9})
     assert "response_format" not in _Upstream.bodies[-1]
+    assert "max_tokens" not in _Upstream.bodies[-1]  # the request's own limit is kept
+    _post(adapter_url, {"model": "m", "messages": messages, "max_tokens": 7})
+    assert _Upstream.bodies[-1]["max_tokens"] == 7
 
 
 def test_json_object_format_without_a_schema() -> None:
