@@ -101,3 +101,22 @@ def test_an_error_in_one_block_reaches_the_caller(monkeypatch: pytest.MonkeyPatc
 
 def test_fit_workers_is_a_positive_count() -> None:
     assert linear.fit_workers() >= 1
+
+
+def test_a_set_stop_leaves_the_block_untrained() -> None:
+    """What `train_linear` sets when another block failed or the user pressed Ctrl-C."""
+    torch = pytest.importorskip("torch")
+    x, y = _problem()
+    w0, b0 = init_linear(6, 7, seed=0)
+    weight, bias = torch.from_numpy(w0.copy()), torch.from_numpy(b0.copy())
+    stop = threading.Event()
+    stop.set()
+    order = [np.arange(len(x))]
+    linear._adam_epochs(
+        torch.from_numpy(x), torch.from_numpy(y), weight, bias, order, 8, 0.9, stop=stop, lr=LR
+    )
+    np.testing.assert_array_equal(weight.numpy(), w0)
+    linear._adam_epochs(
+        torch.from_numpy(x), torch.from_numpy(y), weight, bias, order, 8, 0.9, lr=LR
+    )
+    assert not np.allclose(weight.numpy(), w0)  # without it, the same call trains

@@ -7,6 +7,7 @@ layer over the query alone, trained once per query.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, Literal
@@ -142,6 +143,7 @@ def train_linear(
     xt = torch.from_numpy(x)
     rows = block_rows(n_in)
     blocks = [(start, min(start + rows, n_out)) for start in range(0, n_out, rows)]
+    halt = threading.Event()
 
     def train_block(block: tuple[int, int]) -> None:
         start, stop = block
@@ -153,6 +155,7 @@ def train_linear(
             orders,
             batch_size,
             lr_decay,
+            stop=halt,
             lr=lr,
             betas=betas,
             eps=eps,
@@ -172,8 +175,14 @@ def train_linear(
             for block in blocks:
                 train_block(block)
         else:
-            with ThreadPoolExecutor(workers, thread_name_prefix="dtdr-l-fit") as pool:
+            pool = ThreadPoolExecutor(workers, thread_name_prefix="dtdr-l-fit")
+            try:
                 list(pool.map(train_block, blocks))  # list(): re-raises a worker's error
+            except BaseException:
+                halt.set()  # an error or Ctrl-C: the other blocks end at their next epoch
+                raise
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
     finally:
         torch.set_num_threads(threads)
     return w, b
@@ -209,9 +218,14 @@ def _adam_epochs(
     orders: list[np.ndarray],
     batch_size: int,
     lr_decay: float,
+    *,
+    stop: threading.Event | None = None,
     **adam: Any,
 ) -> None:
-    """The training loop of `train_linear` for one block of labels (updated in place)."""
+    """The training loop of `train_linear` for one block of labels (updated in place).
+
+    Returns early, leaving the block part-trained, once `stop` is set (checked every epoch).
+    """
     import torch
 
     opt = _adam([weight, bias], **adam)
@@ -219,6 +233,8 @@ def _adam_epochs(
     logits = torch.empty((min(batch_size, len(xt)), len(bias)))  # reused
     with torch.no_grad():
         for perm in orders:
+            if stop is not None and stop.is_set():
+                return
             for start in range(0, len(perm), batch_size):
                 idx = torch.from_numpy(perm[start : start + batch_size])
                 xb, yb = xt[idx], yt[idx]
