@@ -99,8 +99,18 @@ def test_an_error_in_one_block_reaches_the_caller(monkeypatch: pytest.MonkeyPatc
         _fit(x, y, 8)
 
 
-def test_fit_workers_is_a_positive_count() -> None:
+def test_fit_workers_is_a_positive_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(linear.FIT_THREADS_ENV, raising=False)
     assert linear.fit_workers() >= 1
+    monkeypatch.setenv(linear.FIT_THREADS_ENV, "3")
+    assert linear.fit_workers() == 3
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two", "1.5"])
+def test_a_bad_thread_count_names_the_variable(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv(linear.FIT_THREADS_ENV, value)
+    with pytest.raises(ValueError, match=linear.FIT_THREADS_ENV):
+        _fit(*_problem(), 8)
 
 
 def test_a_set_stop_leaves_the_block_untrained() -> None:

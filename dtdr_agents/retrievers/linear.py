@@ -188,8 +188,23 @@ def train_linear(
     return w, b
 
 
+FIT_THREADS_ENV = "DTDR_AGENTS_FIT_THREADS"
+"""Environment variable capping `fit_workers` (e.g. 1 on a machine shared with other jobs)."""
+
+
 def fit_workers() -> int:
-    """Threads `train_linear` trains label blocks on: the CPUs this process may run on."""
+    """Threads `train_linear` trains label blocks on.
+
+    The CPUs this process may run on, or `FIT_THREADS_ENV` when set (a positive integer).
+
+    Raises:
+        ValueError: `FIT_THREADS_ENV` is set but not a positive integer.
+    """
+    value = os.environ.get(FIT_THREADS_ENV, "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{FIT_THREADS_ENV} must be a positive integer, got {value!r}")
+        return int(value)
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return max(1, os.cpu_count() or 1)
