@@ -21,7 +21,7 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 MODEL="1.5b"
-DIR="${DTDR_LLM_DIR:-/work/llm}"
+DIR="${DTDR_LLM_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/dtdr-agents/llm}"
 PORT=8088
 THREADS=2
 NICE=19                     # the server's niceness (a sweep beside other work: --nice 0 --threads 1)
@@ -42,7 +42,7 @@ Usage: bash benchmarks/local_model/setup.sh [options]
 Options:
   --model 1.5b|0.5b      model (default 1.5b: Qwen2.5-Coder-1.5B-Instruct Q4_K_M, 1.12 GB;
                          0.5b: Qwen2.5-Coder-0.5B-Instruct Q4_K_M, 0.49 GB)
-  --dir DIR              work folder (default \$DTDR_LLM_DIR or /work/llm)
+  --dir DIR              work folder (default \$DTDR_LLM_DIR or ~/.cache/dtdr-agents/llm)
   --port N               llama-cpp-python server port (default 8088); the adapter uses N+1
   --threads N            n_threads and n_threads_batch (default 2). On a machine busy with
                          other work use 1: llama.cpp's threads wait for each other. Beside two

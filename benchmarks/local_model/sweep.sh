@@ -3,7 +3,7 @@
 # Seal-Tools, 60 test plans each, through the model setup.sh serves (adapter constrain=on).
 #
 #   bash benchmarks/local_model/setup.sh                 # prints http://127.0.0.1:8089/v1
-#   nohup nice -n 19 bash benchmarks/local_model/sweep.sh > /work/llm/sweep.log 2>&1 &
+#   nohup nice -n 19 bash benchmarks/local_model/sweep.sh > sweep.log 2>&1 &
 #   bash benchmarks/local_model/sweep.sh --dry-run       # calls and prompt tokens, offline
 #   bash benchmarks/local_model/sweep.sh --replay        # the figures again, from the caches
 #   bash benchmarks/local_model/sweep.sh --dataset sealtools   # one dataset only
