@@ -353,6 +353,7 @@ def cmd_speed(args: argparse.Namespace) -> int:
         return _speed_startup(args)
     if args.catalogue_size:
         return _speed_scale(args)
+    origin = _speed_provenance(args)
     figures = run_speed(
         n_demos=args.n_demos,
         n_queries=args.queries,
@@ -360,12 +361,26 @@ def cmd_speed(args: argparse.Namespace) -> int:
         seed=args.seed,
         include_text_fit=not args.skip_text_fit,
     )
+    figures["provenance"] = origin
     print(format_speed(figures))
     if args.json:
         from dtdr_agents.evaluation.report import write_json
 
         write_json(args.json, figures)
     return 0
+
+
+def _speed_provenance(args: argparse.Namespace) -> dict[str, Any]:
+    """`provenance` of a speed run, with the machine's load when it started and `--note`."""
+    import os
+
+    from dtdr_agents.evaluation.report import provenance
+
+    origin = provenance([args.seed], getattr(args, "argv", None))  # the code that runs
+    origin["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
+    if args.note:
+        origin["note"] = args.note
+    return origin
 
 
 def _speed_startup(args: argparse.Namespace) -> int:
@@ -423,12 +438,13 @@ def _speed_peers(args: argparse.Namespace) -> int:
 
 def _speed_scale(args: argparse.Namespace) -> int:
     """`speed --catalogue-size`: the hybrid's fit, index and per-step latency by catalogue size."""
-    from dtdr_agents.evaluation.perf import format_scale, run_scale
+    from dtdr_agents.evaluation.perf import SCALE_BLAS_THREADS, format_scale, run_scale
 
     try:
         sizes = [int(s) for s in split_ids(args.catalogue_size, ())]
     except ValueError as exc:
         raise CLIError(f"--catalogue-size must be integers like 1000,10000: {exc}") from exc
+    origin = _speed_provenance(args)
     try:
         figures = run_scale(
             sizes,
@@ -437,9 +453,11 @@ def _speed_scale(args: argparse.Namespace) -> int:
             cache_dir=None if args.no_cache else (args.cache_dir or default_cache_dir()),
             n_queries=args.queries,
             seed=args.seed,
+            blas_threads=SCALE_BLAS_THREADS if args.blas_threads is None else args.blas_threads,
         )
     except (FileNotFoundError, ValueError) as exc:
         raise CLIError(str(exc)) from exc
+    figures["provenance"] = origin
     print(format_scale(figures))
     if args.json:
         from dtdr_agents.evaluation.report import write_json
@@ -560,6 +578,15 @@ def add_commands(sub: Any) -> None:
         help="folder holding sealtools/ and toolret/ (for --catalogue-size)",
     )
     speed.add_argument("--cache-dir", help="embedding cache folder (for --catalogue-size)")
+    speed.add_argument(
+        "--blas-threads",
+        type=int,
+        help="--catalogue-size: BLAS threads while the steps are timed; 0 leaves the library's "
+        "default (default: `SCALE_BLAS_THREADS` of dtdr_agents.evaluation.perf, one)",
+    )
+    speed.add_argument(
+        "--note", help="a note on the machine (e.g. other work running) kept in the JSON"
+    )
     speed.add_argument("--no-cache", action="store_true", help="no on-disk embedding cache")
     speed.add_argument(
         "--startup",

@@ -86,8 +86,12 @@ GENERIC_PARAMETER_SHARE = 0.05
 """A word in the parameter names of more than this share of the catalogue's tools, and of
 more than one, ("text", "id") names no parameter (`_asking_goals`)."""
 
+LINEAR_CALLS_BYTES = 16 * 2**20
+"""Memory for the kept products of a call's embedding with a DTDR-L position block (each a
+vector over DTDR-L's labels; all dropped when full)."""
+
 SUCCESSOR_ROWS_KEPT = 1024
-"""Tools whose graph edges are kept as rows over the labels (all dropped when full)."""
+"""Tools whose graph edges to the labels are kept (all dropped when full)."""
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +129,8 @@ class _QueryState:
     # how far each neighbour's request stands out from the request's typical demonstration
     # (its cosine over their median, scaled to 1): the weight of its plan in `_KnnVotes.follow`
     lead_weights: tuple[float, ...] = ()
+    # the neighbours' plans as label lists, in `neighbours` order (read at every step)
+    neighbour_plans: tuple[list[int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -188,6 +194,23 @@ def edge_ranks(weights: np.ndarray) -> np.ndarray:
 _PRIOR = _prior_vector()
 """The combiner's prior weights (`PRIOR_WEIGHTS`) as a vector, built once."""
 
+_ROWS = threading.local()
+"""Each thread's label -> feature-row buffer (`_row_buffer`)."""
+
+
+def _row_buffer(size: int) -> np.ndarray:
+    """This thread's buffer of `size` label -> row entries, every one -1.
+
+    A step sets its candidates' rows and puts the -1s back when done, so a step costs its
+    candidates, not a catalogue-sized array (at 100,000 tools, allocating and filling one
+    per step took most of a step's time).
+    """
+    buf: np.ndarray | None = getattr(_ROWS, "buf", None)
+    if buf is None or len(buf) < size:
+        buf = np.full(size, -1, dtype=np.int64)
+        _ROWS.buf = buf
+    return buf[:size]
+
 
 class HybridFeatures(ToolRetriever):
     """The hybrid's feature computation (a base of `HybridRetriever`; registers no id)."""
@@ -209,7 +232,9 @@ class HybridFeatures(ToolRetriever):
     _linear_map: np.ndarray = field(init=False)
     _learned_rows: np.ndarray = field(init=False)
     _graph_cache: ToolGraph | None = field(init=False, default=None)
-    _successor_rows: dict[str, np.ndarray] = field(init=False, default_factory=dict)
+    _successor_rows: dict[str, tuple[np.ndarray, np.ndarray]] = field(
+        init=False, default_factory=dict
+    )
     # (the DTDR-L models, their weights in contiguous column blocks): `_linear_blocks`
     _linear_cut: (
         tuple[
@@ -220,6 +245,12 @@ class HybridFeatures(ToolRetriever):
         | None
     ) = field(init=False, default=None)
     _graph_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(init=False, default=None)
+    # (the DTDR-L models, their kept call-block products): `_linear_calls`
+    _linear_call_products: (
+        tuple[tuple[object, object], dict[tuple[int, int, bool, str], np.ndarray]] | None
+    ) = field(init=False, default=None)
+    # (`_linear_map`, its inverse over the labels): `_linear_rows`
+    _linear_inverse: tuple[np.ndarray, np.ndarray] | None = field(init=False, default=None)
     _artefacts: ArtefactFlow | None = field(init=False, default=None)
     _label_needs_: np.ndarray | None = field(init=False, default=None)  # over `labels_`
     _graph_for: Toolset | None = field(init=False, default=None)
@@ -332,6 +363,7 @@ class HybridFeatures(ToolRetriever):
             far = dist / thr if thr else 0.0
         neighbours: tuple[tuple[int, float], ...] = ()
         lead_weights: tuple[float, ...] = ()
+        neighbour_plans: tuple[list[int], ...] = ()
         if len(self.knn_queries_):
             sims = self.knn_queries_ @ qvec
             k = min(KNN, len(sims))
@@ -341,6 +373,7 @@ class HybridFeatures(ToolRetriever):
             typical = float(np.median(sims))  # how close a demonstration is, as a rule
             lead = np.clip((sims[top] - typical) / max(1.0 - typical, 1e-9), 0.0, 1.0)
             lead_weights = tuple(float(v) for v in lead)
+            neighbour_plans = tuple(self.knn_plans_[j].tolist() for j, _ in neighbours)
         # Only the learned parts add tools to a step beyond these candidates, so only their
         # tools' BM25 scores are kept: not a catalogue-sized vector per remembered request.
         bm25_learned = bm25[self._learned_rows]
@@ -382,6 +415,7 @@ class HybridFeatures(ToolRetriever):
             goals=goal_vectors,
             media=request_media(query),
             lead_weights=lead_weights,
+            neighbour_plans=neighbour_plans,
         )
 
     # --------------------------------------------------------------------- planned sub-goals
@@ -469,8 +503,9 @@ class HybridFeatures(ToolRetriever):
         follow_votes: dict[int, float] = {}
         end_vote = end_follow = 0.0
         n = len(history)
-        for (j, weight), lead_weight in zip(qs.neighbours, qs.lead_weights, strict=True):
-            plan = self.knn_plans_[j].tolist()
+        for (_, weight), lead_weight, plan in zip(
+            qs.neighbours, qs.lead_weights, qs.neighbour_plans, strict=True
+        ):
             if len(plan) >= n and _same_calls(plan[:n], done):
                 # the calls so far are this plan's first calls: it says what comes next, as
                 # far as its request stands out from the request's typical demonstration
@@ -556,13 +591,37 @@ class HybridFeatures(ToolRetriever):
         # After one call the mean of the calls is the last call: one product, not two.
         one_call = len(history) == 1 and merged is not None
         mean_at = self.linear_._positions + 1  # [query | last | ... | mean | flags, length]
+        calls = self._linear_calls(models)
         for i, (total, model_blocks) in enumerate(zip(out, blocks, strict=True)):
             for j, (block, weight) in enumerate(model_blocks[1:], start=1):
                 if one_call and j == mean_at:
                     continue  # folded into the last call's block
-                if x[block].any():
-                    total += (merged[i] if one_call and merged and j == 1 else weight) @ x[block]
+                if not x[block].any():
+                    continue
+                fold = bool(one_call and merged and j == 1)
+                if j >= mean_at:  # the mean and the flags: this history's own
+                    total += weight @ x[block]
+                    continue
+                # the j-th last call's block: the same product whenever that tool is there
+                key = (i, j, fold, history[-j])
+                product = calls.get(key)
+                if product is None:
+                    product = (merged[i] if fold and merged else weight) @ x[block]
+                    if (len(calls) + 1) * product.nbytes > LINEAR_CALLS_BYTES:
+                        calls.clear()
+                    calls[key] = product
+                total += product
         return softmax(out[0]), softmax(out[1])
+
+    def _linear_calls(
+        self, models: tuple[DTDRL, DTDRL]
+    ) -> dict[tuple[int, int, bool, str], np.ndarray]:
+        """Kept products of a call's embedding with a DTDR-L position block (for `models`)."""
+        kept = self._linear_call_products
+        if kept is None or kept[0][0] is not models[0] or kept[0][1] is not models[1]:
+            kept = ((models[0], models[1]), {})
+            self._linear_call_products = kept
+        return kept[1]
 
     def _linear_blocks(
         self, models: tuple[DTDRL, DTDRL], dim: int
@@ -596,6 +655,16 @@ class HybridFeatures(ToolRetriever):
             self._linear_cut = kept
         return kept[1], kept[2]
 
+    def _linear_rows(self) -> np.ndarray:
+        """Each label's index among DTDR-L's labels, or -1 (kept with the map it inverts)."""
+        kept = self._linear_inverse
+        if kept is None or kept[0] is not self._linear_map:
+            rows = np.full(len(self.labels_), -1, dtype=np.int64)
+            rows[self._linear_map] = np.arange(len(self._linear_map))
+            kept = (self._linear_map, rows)
+            self._linear_inverse = kept
+        return kept[1]
+
     def _step_features(self, query: str, history: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(candidate labels, feature matrix) of one step; end-of-plan is the last candidate."""
         qs = self._query_state(query)
@@ -611,6 +680,7 @@ class HybridFeatures(ToolRetriever):
             else:
                 all_labels, all_p, all_support = cl_labels, cl_p, cl_support
             extra += [cl_labels.astype(np.int64), all_labels.astype(np.int64)]
+        chains = (cl_labels, cl_p, cl_support, all_labels, all_p, all_support)
         lps = self._linear_probs(qs, history)
         if lps is not None:
             mean = 0.5 * (lps[0] + lps[1])
@@ -621,18 +691,39 @@ class HybridFeatures(ToolRetriever):
         plan_votes = votes.plan
         if plan_votes:
             extra.append(np.fromiter(plan_votes, dtype=np.int64, count=len(plan_votes)))
-        cands = qs.candidates
-        if extra:  # the learned parts' tools beyond the request's candidates, sorted, once
-            added = np.zeros(end + 1, dtype=bool)
-            added[np.concatenate(extra)] = True
-            added[cands] = False
-            added[end] = False
-            if added.any():
-                cands = np.concatenate([cands, np.flatnonzero(added)])
-        labels = np.append(cands, end)
+        cands = labels = qs.candidates
+        pos = _row_buffer(end + 1)  # label -> row of x (-1: not a candidate)
+        pos[cands] = np.arange(len(cands))
+        try:
+            if extra:  # the learned parts' tools beyond the request's candidates, sorted, once
+                ids = np.sort(np.concatenate(extra))
+                fresh = pos[ids] < 0  # not among the request's candidates
+                fresh[1:] &= ids[1:] != ids[:-1]  # each once
+                added = ids[fresh & (ids != end)]
+                if len(added):
+                    cands = np.concatenate([cands, added])
+            labels = np.append(cands, end)
+            pos[labels] = np.arange(len(labels))
+            x = self._feature_matrix(qs, history, cands, pos, votes, lps, chains)
+        finally:
+            pos[labels] = -1  # the buffer is the thread's: leave it all -1 for the next step
+        return labels, x
+
+    def _feature_matrix(
+        self,
+        qs: _QueryState,
+        history: tuple[str, ...],
+        cands: np.ndarray,
+        pos: np.ndarray,
+        votes: _KnnVotes,
+        lps: tuple[np.ndarray, np.ndarray] | None,
+        chains: tuple[np.ndarray, np.ndarray, float, np.ndarray, np.ndarray, float],
+    ) -> np.ndarray:
+        """The feature matrix of a step's candidates, end-of-plan last (`_step_features`)."""
+        end = len(self.labels_) - 1
+        cl_labels, cl_p, cl_support, all_labels, all_p, all_support = chains
+        plan_votes = votes.plan
         n_c = len(cands)
-        pos = np.full(end + 1, -1, dtype=np.int64)  # label -> row of x (-1: not a candidate)
-        pos[labels] = np.arange(n_c + 1)
         x = np.zeros((n_c + 1, len(FEATURES)))
         # zero-shot
         n_q = len(qs.candidates)
@@ -683,14 +774,16 @@ class HybridFeatures(ToolRetriever):
                 for name, factor in cols:
                     x[rows[~is_end], _F[name]] = vals[~is_end] * factor
         if lps is not None:
+            linear_rows = self._linear_rows()
             for lp, col, end_col in (
                 (lps[0], _F["dtdr_l"], _F["end_dtdr_l"]),
                 (lps[1], _F["dtdr_l_fine"], _F["end_dtdr_l_fine"]),
             ):
-                full = np.full(len(self.labels_), np.log(L_FLOOR))
-                full[self._linear_map] = np.log(np.maximum(lp, L_FLOOR))
-                x[:n_c, col] = full[cands] - np.log(L_FLOOR)
-                x[n_c, end_col] = full[end] - np.log(L_FLOOR)
+                # log(max(p, floor)) - log(floor) of each candidate DTDR-L knows, else 0
+                logs = np.log(np.maximum(lp, L_FLOOR)) - np.log(L_FLOOR)
+                at = linear_rows[cands]
+                x[:n_c, col] = np.where(at >= 0, logs[at], 0.0)
+                x[n_c, end_col] = logs[linear_rows[end]] if linear_rows[end] >= 0 else 0.0
         assert self.tool_embeddings_ is not None
         sims = _StepSims.of(self.tool_embeddings_, qs, cands, self._embedded_rows(history))
         if history:
@@ -715,7 +808,7 @@ class HybridFeatures(ToolRetriever):
             for t, v in tool_votes.items():
                 if t != end and pos[t] >= 0:
                     x[pos[t], col] = v
-        return labels, x
+        return x
 
     def _clause_features(
         self, qs: _QueryState, history: tuple[str, ...], step: _StepSims, x: np.ndarray
@@ -822,7 +915,7 @@ class HybridFeatures(ToolRetriever):
         if not history or qs.goals is None or not self._tool_graph().has(history[-1]):
             return False
         assert self.tool_embeddings_ is not None
-        waiting = (self._successor_row(history[-1])[cands] > 0) & ~called
+        waiting = (self._successor_weights(history[-1], cands) > 0) & ~called
         if not waiting.any():
             return False
         sims = step.tools @ qs.goals.T  # (candidates, sub-goals)
@@ -882,33 +975,50 @@ class HybridFeatures(ToolRetriever):
         self._graph_for = tools
         self._successor_rows = {}
 
-    def _successor_row(self, name: str) -> np.ndarray:
-        """The weights of `name`'s edges to every label (a row over `labels_`, kept)."""
-        row = self._successor_rows.get(name)
-        if row is None:
+    def _successor_edges(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """`name`'s edges to the labels: (label rows, sorted; their weights), kept.
+
+        Kept sparse: a dense row over the labels for each of up to `SUCCESSOR_ROWS_KEPT`
+        tools was 800 KB apiece at 100,000 tools.
+        """
+        kept = self._successor_rows.get(name)
+        if kept is None:
             graph = self._tool_graph()
             if self._graph_rows is None:  # the graph among the labels, as CSR arrays
                 self._graph_rows = graph.adjacency(self.labels_[:-1])
             indptr, indices, weights = self._graph_rows
-            row = np.zeros(len(self.labels_))
             i = self._label_index.get(name)
             if i is not None and i < len(indptr) - 1:
-                row[indices[indptr[i] : indptr[i + 1]]] = weights[indptr[i] : indptr[i + 1]]
+                targets = indices[indptr[i] : indptr[i + 1]]
+                values = weights[indptr[i] : indptr[i + 1]]
             else:  # a tool added after fit
-                for target, weight in graph.successors(name).items():
-                    j = self._label_index.get(target)
-                    if j is not None:
-                        row[j] = weight
+                pairs = [
+                    (j, weight)
+                    for target, weight in graph.successors(name).items()
+                    if (j := self._label_index.get(target)) is not None
+                ]
+                targets = np.array([j for j, _ in pairs], dtype=np.int64)
+                values = np.array([w for _, w in pairs], dtype=np.float64)
+            order = np.argsort(targets, kind="stable")
+            kept = (targets[order], values[order])
             if len(self._successor_rows) >= SUCCESSOR_ROWS_KEPT:
                 self._successor_rows.clear()
-            self._successor_rows[name] = row
-        return row
+            self._successor_rows[name] = kept
+        return kept
+
+    def _successor_weights(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """The weights of `name`'s edges to the labels at `rows` (0 where there is none)."""
+        targets, values = self._successor_edges(name)
+        if not len(targets):
+            return np.zeros(len(rows))
+        at = np.minimum(np.searchsorted(targets, rows), len(targets) - 1)
+        return np.where(targets[at] == rows, values[at], 0.0)
 
     def _graph_rank(self, history: tuple[str, ...], cands: np.ndarray) -> np.ndarray:
-        """`edge_ranks` of a step's candidates (label rows), through a kept row of weights."""
+        """`edge_ranks` of a step's candidates (label rows), through kept edge weights."""
         if not history or not self._tool_graph().has(history[-1]):
             return np.zeros(len(cands))
-        return edge_ranks(self._successor_row(history[-1])[cands])
+        return edge_ranks(self._successor_weights(history[-1], cands))
 
     @staticmethod
     def _open_sub_goals(step: _StepSims) -> np.ndarray | None:
@@ -938,6 +1048,7 @@ __all__ = [
     "GIVEN_GRAPH_SCALE",
     "KNN",
     "KNN_TEMPERATURE",
+    "LINEAR_CALLS_BYTES",
     "L_FLOOR",
     "L_TOP",
     "PLANS_KEPT",
