@@ -420,13 +420,78 @@ def test_the_prior_is_kept_unless_held_out_steps_clearly_beat_it():
 
 def test_the_fit_records_the_pull_it_chose(encoder, demo_data, demo_split):
     train, _ = demo_split
-    chosen = HybridRetriever(encoder=encoder, n_folds=3).fit(train[:30], demo_data.tools)
+    n = hybrid.MIN_LEARNED_DEMOS
+    chosen = HybridRetriever(encoder=encoder, n_folds=3).fit(train[:n], demo_data.tools)
     assert chosen.cv_["l2"] in {*(2.0 * m for m in hybrid.L2_MULTIPLES), None}
     names = {str(2.0 * m) for m in hybrid.L2_MULTIPLES} | {"prior"}
     assert set(chosen.cv_["l2_losses"]) == names
     fixed = HybridRetriever(encoder=encoder, n_folds=3, select_l2=False, l2=5.0)
     fixed.fit(train[:30], demo_data.tools)
     assert fixed.cv_["l2"] == 5.0 and "l2_losses" not in fixed.cv_
+
+
+def test_fewer_demonstrations_than_weights_keep_the_prior(encoder, demo_data, demo_split):
+    """A mix chosen on fewer plans than it has weights is chosen by noise (issue 40): below
+    `MIN_LEARNED_DEMOS` the weights are the prior's and the ranking says why."""
+    train, test = demo_split
+    few = HybridRetriever(encoder=encoder).fit(
+        train[: hybrid.MIN_LEARNED_DEMOS - 1], demo_data.tools
+    )
+    np.testing.assert_array_equal(few.weights_, hybrid._prior_vector())
+    assert few.cv_["l2"] is None and "fewer than the combiner's" in few.cv_["prior_kept"]
+    assert "zero-shot prior" in few.rank(test[0].query).explanation["mix"]
+    assert few.chains_ is not None  # the demonstrations still count: the neighbours' plans
+
+
+def _end_steps(margins: list[float], good_end: list[bool]) -> hybrid._HeldOut:
+    """Two-row steps (a tool, then end-of-plan) with end-of-plan's score lead `margins`."""
+    feats, targets = [], []
+    for m, end_ok in zip(margins, good_end, strict=True):
+        x = np.zeros((2, len(hybrid.FEATURES)))
+        x[1, 0] = m  # feature 0 carries end-of-plan's lead in these steps
+        feats.append(x)
+        targets.append(np.array([not end_ok, end_ok]))
+    return hybrid._HeldOut.stack(feats, targets)
+
+
+def test_end_first_shift_stops_early_no_more_often_than_the_reference():
+    rng = np.random.default_rng(0)
+    margins = rng.normal(size=400)
+    held = _end_steps(list(margins), [False] * 300 + [True] * 100)
+    tool_steps = slice(0, 300)
+    ends = np.arange(1, len(held.x), 2)
+    scores = held.x[:, 0]
+    reference = scores.copy()
+    reference[ends] -= 1.0  # the reference leads fewer tool steps than `scores`
+    shift = hybrid.end_first_shift(held, scores, reference)
+    k = int((reference[ends][tool_steps] > 0).sum())
+    led = int((scores[ends][tool_steps] - shift > 0).sum())
+    assert shift > 0.0 and led <= k - np.sqrt(k * (1 - k / 300)) and led >= k - 2 * np.sqrt(k)
+    # a mix that already stops early less often than the reference is left alone
+    lower = reference.copy()
+    lower[ends] -= 2.0
+    assert hybrid.end_first_shift(held, lower, reference) == 0.0
+    # no tool steps: nothing to hold back
+    only_stops = _end_steps([1.0, -1.0], [True, True])
+    assert hybrid.end_first_shift(only_stops, only_stops.x[:, 0], only_stops.x[:, 0]) == 0.0
+
+
+def test_the_end_shift_lowers_end_of_plan_alone(encoder, demo_data, demo_split, monkeypatch):
+    """The fitted mix's end-of-plan constant, and nothing else, is lowered by the recorded shift."""
+    train, _ = demo_split
+
+    def fit() -> HybridRetriever:
+        model = HybridRetriever(encoder=encoder, n_folds=3, select_l2=False, l2=2.0)
+        return model.fit(train[:40], demo_data.tools)
+
+    shifted = fit()
+    monkeypatch.setattr(hybrid, "end_first_shift", lambda *a, **k: 0.0)
+    plain = fit()
+    end = hybrid.FEATURES.index("end")
+    delta = plain.weights_ - shifted.weights_
+    np.testing.assert_allclose(np.delete(delta, end), 0.0, atol=1e-9)
+    assert delta[end] == pytest.approx(shifted.cv_["end_shift"], abs=1e-5)
+    assert plain.cv_["end_shift"] == 0.0
 
 
 def test_combiner_pull_is_on_the_scores_not_the_raw_weights():

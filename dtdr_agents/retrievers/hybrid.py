@@ -20,9 +20,12 @@ With no demonstrations the weights are the zero-shot prior (`PRIOR_WEIGHTS`): BM
 similarity, the request's open sub-goals and the tool graph's edge from the last call, fused by
 rank, with the files the request names feeding the tools that take them (`ArtefactFlow`),
 and the zero-shot stop rule for end-of-plan (held back while a sub-goal's best tool takes the
-last call's output). That prior is the zero-shot model itself, not a weaker one. With few
-demonstrations the combiner is pulled towards it (a penalty on how much the weights change the
-scores), so the hybrid moves from zero-shot to learned as demonstrations arrive.
+last call's output). That prior is the zero-shot model itself, not a weaker one. With fewer
+demonstrations than the combiner has weights (`MIN_LEARNED_DEMOS`) the prior is kept and the
+demonstrations count through its neighbour votes (the closest plans' next calls and ends);
+beyond, the combiner is pulled towards it (a penalty on how much the weights change the
+scores), so the hybrid moves from zero-shot to learned as demonstrations arrive. A fitted mix
+puts end-of-plan first at no more held-out tool steps than the prior (`end_first_shift`).
 
 Large catalogues: the step's candidates are the top tools by BM25 and by dense similarity
 (`dtdr_agents.retrievers.index.CandidateIndex`: exact up to a threshold, HNSW beyond), the chains'
@@ -66,6 +69,8 @@ from dtdr_agents.retrievers.hybrid_combiner import (
     _HeldOut,
     _prior_vector,
     _select_l2,
+    end_first_shift,
+    out_of_group_scores,
 )
 from dtdr_agents.retrievers.hybrid_features import (
     CHAIN_EPS,
@@ -88,6 +93,18 @@ WHY_TERMS = 4
 MIN_CROSS_FIT = 2
 """Demonstrations the combiner needs (two folds); with fewer the hybrid scores zero-shot."""
 
+MIN_LEARNED_DEMOS = len(FEATURES)
+"""Demonstrations before `select_l2` lets the combiner leave the zero-shot prior.
+
+A mix of this many weights chosen on fewer plans than weights is chosen by noise: the steps
+of a few plans share their requests, and the one-standard-error rule's clustered error
+needs many clusters (plans) to mean anything. Measured (tool-MRR, the fitted mix vs the
+prior with the neighbours' plans, `select_l2` as it was): TaskBench-HF seed 1 at 5 and 20
+demonstrations 0.6533 vs 0.6756 and 0.6462 vs 0.6727, NESTFUL seed 0 at 5 0.7974 vs 0.8456
+and seed 1 at 10 0.8394 vs 0.8555, where the held-out steps had chosen the mix; at 50 the
+mix won on both (0.6996 vs 0.6567, 0.8884 vs 0.8529). Below this count the demonstrations
+count through the prior's neighbour votes (`knn_follow`, `end_knn_follow`)."""
+
 REST_MASS = 1e-4
 """Probability shared by the tools outside a step's candidates."""
 
@@ -104,6 +121,13 @@ the combiner 9 times: 3 pulls by 3 groups of folds; on TaskBench-HF at 100 demon
 378 held-out steps, the fit took 2.27 s with it and 1.71 s without). Beyond, `l2` is used as
 it is: with that many steps the weakest pull won every selection measured (TaskBench-HF at
 50, 80 and 100 demonstrations, seed 0)."""
+
+END_SHIFT_ROWS = 100_000
+"""Up to this many held-out candidate rows, the end-of-plan shift (`end_first_shift`) reads
+the mix's out-of-group scores (3 more combiner fits); beyond, its in-sample scores. On
+NESTFUL at 50 demonstrations (seed 0, over `L2_SELECT_ROWS`), the in-sample scores put
+end-of-plan first at no more tool steps than the prior and asked for no shift, where the test
+steps had 0.1012 against the prior's 0.0595."""
 
 L2_SELECT_GROUPS = 3
 """Groups of folds `select_l2` leaves out in turn (a step's group: its fold modulo this)."""
@@ -245,6 +269,13 @@ class HybridRetriever(HybridFeatures):
         folds = min(self.n_folds, len(demos))
         weights = prior
         self.warm([(d.query, ()) for d in demos])  # every fold's held-out clauses, one batch
+        if folds >= 2 and self.select_l2 and len(demos) < MIN_LEARNED_DEMOS:
+            folds = 0  # too few plans to tell a fitted mix from the prior: keep the prior
+            self.cv_["l2"] = None
+            self.cv_["prior_kept"] = (
+                f"{plural(len(demos), 'demonstration')}: fewer than the combiner's "
+                f"{MIN_LEARNED_DEMOS} weights"
+            )
         if folds >= 2:
             rng = np.random.default_rng(self.seed)
             fold_of = rng.permutation(len(demos)) % folds
@@ -270,8 +301,9 @@ class HybridRetriever(HybridFeatures):
                             step_demo.append(demo_index)
             held_out = _HeldOut.stack(feats, targets)
             l2: float | None = self.l2
-            if self.select_l2 and 0 < len(held_out.x) <= L2_SELECT_ROWS:
-                groups = np.array(step_fold) % min(L2_SELECT_GROUPS, folds)
+            groups = np.array(step_fold) % min(L2_SELECT_GROUPS, folds)
+            selected = self.select_l2 and 0 < len(held_out.x) <= L2_SELECT_ROWS
+            if selected:
                 choices: list[float | None] = [self.l2 * m for m in L2_MULTIPLES]
                 choices.append(None)  # the prior itself: kept unless the steps clearly beat it
                 l2, self.cv_["l2_losses"] = _select_l2(
@@ -279,6 +311,16 @@ class HybridRetriever(HybridFeatures):
                 )
             self.cv_["l2"] = l2
             weights = prior if l2 is None else _fit_combiner(held_out, prior, l2)
+            if l2 is not None and held_out.n_steps:  # stop early no more often than the prior
+                scores = (
+                    out_of_group_scores(held_out, groups, prior, l2)
+                    if len(held_out.x) <= END_SHIFT_ROWS
+                    else held_out.x @ weights  # so many steps that the fit's optimism is small
+                )
+                shift = end_first_shift(held_out, scores, held_out.x @ prior)
+                weights = weights.copy()
+                weights[FEATURES.index("end")] -= shift
+                self.cv_["end_shift"] = round(shift, 6)
             self.cv_["held_out_steps"] = held_out.n_steps
             self.cv_["held_out_mrr"] = _held_out_mrr(held_out, weights)
             del held_out
@@ -379,6 +421,8 @@ class HybridRetriever(HybridFeatures):
             "index": self.index_.kind,
             "top_features": [FEATURES[int(i)] for i in top if contrib[int(i)] != 0.0],
         }
+        if "prior_kept" in self.cv_:
+            explanation["mix"] = "zero-shot prior (" + self.cv_["prior_kept"] + ")"
         qs = self._query_state(query)
         explanation["sub_goals"] = qs.goals_from
         if self.chains_ is not None:

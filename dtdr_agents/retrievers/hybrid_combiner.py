@@ -308,7 +308,7 @@ def _select_l2(
             ]
         )
         for c in choices
-    }
+    }  # in `order`: the groups' steps one group after another
     if clusters is not None:  # the steps' losses (in `order`) summed per demonstration
         ids, member = np.unique(np.asarray(clusters)[order], return_inverse=True)
         per_step = {
@@ -325,6 +325,64 @@ def _select_l2(
 
     chosen = max((c for c in choices if within_one_error(c)), key=_strength)
     return chosen, losses
+
+
+def out_of_group_scores(
+    held: _HeldOut, groups: np.ndarray, prior: np.ndarray, pull: float
+) -> np.ndarray:
+    """Each held-out row's score by a combiner fitted (pull `pull`) on the other groups' steps.
+
+    What the combiner would score on requests it was not fitted on, as `_select_l2` judges
+    a pull: the rows are in `held`'s order.
+    """
+    scores = np.empty(len(held.x))
+    for g in np.unique(groups):
+        steps = groups == g
+        weights = _fit_combiner(held.take(~steps), prior, pull)
+        rows = steps[held.step_of_row]
+        scores[rows] = held.x[rows] @ weights
+    return scores
+
+
+def end_first_shift(held: _HeldOut, scores: np.ndarray, reference: np.ndarray) -> float:
+    """How far to lower end-of-plan's score so that it leads no more tool steps than before.
+
+    A premature stop ends an agent's work, a missed one costs a model call that can still
+    answer; so the fitted mix may not put end-of-plan first at more of the held-out steps
+    whose next call is a tool than the zero-shot prior does (`reference`: its row scores).
+    Among the tool steps (end-of-plan, each step's last row, not acceptable), the
+    reference's count of steps with end-of-plan first, less one binomial standard error, is
+    allowed (new requests differ from the held-out ones by about that much); the returned
+    shift (>= 0, to take off the `end` weight) is the least that brings `scores` to it: a
+    Neyman-Pearson threshold on the stop decision, the rest of the mix untouched.
+
+    Args:
+        held: The held-out steps.
+        scores: The mix's row scores (out of group where the pull was chosen by groups).
+        reference: The zero-shot prior's row scores on the same rows.
+    """
+    ends = np.append(held.starts[1:], len(held.x)) - 1
+    tool_steps = ~held.good[ends]
+    if not tool_steps.any():
+        return 0.0
+
+    def margins(s: np.ndarray) -> np.ndarray:  # end-of-plan's lead over the best tool
+        tools = s.copy()
+        tools[ends] = -np.inf
+        best = np.maximum.reduceat(tools, held.starts)
+        lead: np.ndarray = np.asarray(s[ends] - best, dtype=np.float64)[tool_steps]
+        return lead
+
+    n, k = int(tool_steps.sum()), int(np.count_nonzero(margins(reference) > 0.0))
+    allowed = int(np.floor(k - np.sqrt(k * (1.0 - k / n))))  # one binomial error below
+    lead = np.sort(margins(scores))[::-1]
+    if allowed >= len(lead) or lead[allowed] <= 0.0:
+        return 0.0
+    return float(lead[allowed]) + END_SHIFT_GAP
+
+
+END_SHIFT_GAP = 1e-6
+"""Added to `end_first_shift`'s threshold: a step at exactly the threshold is not led by end."""
 
 
 def pull_name(pull: float | None) -> str:
