@@ -48,6 +48,10 @@ REFERENCE_LIMIT = 2_000
 beyond: calibration costs one similarity row (over the tools or the requests) per reference."""
 
 
+CALIBRATION_BYTES = 64 * 2**20
+"""Largest block of description similarities `calibrate` holds at once."""
+
+
 @dataclass(frozen=True)
 class OODCalibration:
     """The hybrid's calibrated out-of-distribution thresholds (saved with the model).
@@ -149,9 +153,14 @@ def calibrate(
     semantic = 0.0  # one tool: only a request with no evidence at all
     rows = _sample(len(emb), seed) if len(emb) > 1 else np.zeros(0, dtype=np.int64)
     if len(rows):
-        sims = emb[rows] @ emb.T
-        sims[np.arange(len(rows)), rows] = -np.inf  # each description held out of the rest
-        semantic = float(np.quantile(sims.max(axis=1), quantile))
+        best = np.empty(len(rows), dtype=np.float32)
+        step = max(1, CALIBRATION_BYTES // (4 * len(emb)))  # one block below 8,000 tools
+        for at in range(0, len(rows), step):  # no 2,000 x catalogue matrix at 100,000 tools
+            part = rows[at : at + step]
+            sims = emb[part] @ emb.T
+            sims[np.arange(len(part)), part] = -np.inf  # each description held out of the rest
+            best[at : at + step] = sims.max(axis=1)
+        semantic = float(np.quantile(best, quantile))
     nearest = None
     vecs = np.asarray(demo_embeddings, dtype=np.float32)
     if len(vecs) >= MIN_DEMO_REFERENCE:
