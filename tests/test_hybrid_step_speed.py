@@ -117,7 +117,7 @@ def test_the_row_buffer_is_left_clean_after_steps_and_after_an_error(model, refe
     finally:
         del model._feature_matrix
     assert np.all(_row_buffer(size) == -1)
-    labels, x = model._step_features(query, history)  # and the next step is right
+    _, x = model._step_features(query, history)  # and the next step is right
     assert np.array_equal(x, _features(model, [(query, history)])[0][1])
 
 
@@ -132,7 +132,7 @@ def test_threads_ranking_at_once_get_the_rankings_of_one_thread(model, reference
             order = steps[k:] + steps[:k]  # each thread starts elsewhere
             got = [model.rank(q, h).probabilities for q, h in order]
             results[k] = got[len(steps) - k :] + got[: len(steps) - k]
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(k * 7,)) for k in range(4)]
@@ -144,3 +144,20 @@ def test_threads_ranking_at_once_get_the_rankings_of_one_thread(model, reference
     for got in results.values():
         for a, b in zip(alone, got, strict=True):
             assert np.array_equal(a, b)
+
+
+def test_a_reordered_catalogue_gets_each_tool_the_same_probability(model, reference):
+    assert model._labels_are_tools  # the fit catalogue: copied, not mapped
+    query, history = _steps(reference)[3]
+    before = model.rank(query, history).as_dict()
+    tools = model.tools_
+    model.set_tools(list(tools)[::-1])
+    try:
+        assert not model._labels_are_tools
+        after = model.rank(query, history).as_dict()
+    finally:
+        model.set_tools(tools)
+    assert model._labels_are_tools
+    assert after.keys() == before.keys()
+    for name, p in before.items():
+        assert after[name] == pytest.approx(p, abs=1e-12)
