@@ -580,7 +580,7 @@ def add_commands(sub: Any) -> None:
     speed.add_argument("--cache-dir", help="embedding cache folder (for --catalogue-size)")
     speed.add_argument(
         "--blas-threads",
-        type=int,
+        type=non_negative_int,
         help="--catalogue-size: BLAS threads while the steps are timed; 0 leaves the library's "
         "default (default: `SCALE_BLAS_THREADS` of dtdr_agents.evaluation.perf, one)",
     )

@@ -388,22 +388,40 @@ def render_headline(reports: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
 
 
 def render_scale(data: Mapping[str, Any], name: str) -> str:
-    """The large-catalogue benchmark as a Markdown table."""
+    """The large-catalogue benchmark as a Markdown table, with its command when recorded."""
     lines = [
-        "| tools | real | demos | index | fit_s | index_s | graph_s | graph_edges | "
+        "| tools | real | demos | index | encode_s | fit_s | index_s | graph_s | graph_edges | "
         "rank_ms_p50 | rank_ms_p99 | peak_rss_mb |",
-        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for size in sorted(data["sizes"], key=int):
         s = data["sizes"][size]
         graph_s = "-" if s.get("graph_s") is None else f"{s['graph_s']:.3f}"
+        encode_s = "-" if s.get("encode_s") is None else f"{s['encode_s']:.1f}"
         lines.append(
-            f"| {size} | {s['n_real_tools']} | {s['n_demos']} | {s['index']} | {s['fit_s']:.1f} "
-            f"| {s['index_s']:.3f} | {graph_s} | {s.get('graph_edges', '-')} | "
+            f"| {size} | {s['n_real_tools']} | {s['n_demos']} | {s['index']} | {encode_s} "
+            f"| {s['fit_s']:.1f} | {s['index_s']:.3f} | {graph_s} | {s.get('graph_edges', '-')} | "
             f"{s['rank_ms_p50']:.3f} | {s['rank_ms_p99']:.3f} | {s['peak_rss_mb']:.0f} |"
         )
     machine = data.get("machine") or {}
-    lines += ["", f"`{name}`: encoder {data['encoder']}, {machine.get('cpus', '?')} cores."]
+    prov = data.get("provenance")
+    if not prov:  # written before the command was recorded
+        lines += ["", f"`{name}`: encoder {data['encoder']}, {machine.get('cpus', '?')} cores."]
+        return "\n".join(lines)
+    threads = data.get("blas_threads")
+    said = [
+        f"commit {str(prov.get('commit'))[:7]}",
+        f"{machine.get('cpus', '?')} cores",
+        f"encoder {data['encoder']}",
+        f"steps timed with {threads} BLAS thread{'s' if threads != 1 else ''}"
+        if threads
+        else "steps timed with the BLAS default threads",
+    ]
+    if prov.get("load_average_at_start"):
+        said.append(f"load average at start {prov['load_average_at_start'][0]}")
+    lines += ["", f"`{name}`: `{prov['command']}` ({', '.join(said)})."]
+    if prov.get("note"):
+        lines[-1] += f" {prov['note']}"
     return "\n".join(lines)
 
 

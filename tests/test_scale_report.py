@@ -1,0 +1,58 @@
+"""The scale table says how it was made: the command, the BLAS threads, the machine's load."""
+
+from __future__ import annotations
+
+import pytest
+
+from dtdr_agents.cli import main
+from dtdr_agents.evaluation.docsync import render_scale
+
+ROW = {
+    "n_tools": 10,
+    "n_real_tools": 10,
+    "n_demos": 5,
+    "index": "exact",
+    "fit_s": 1.0,
+    "index_s": 0.0,
+    "graph_s": 0.25,
+    "graph_edges": 7,
+    "rank_ms_p50": 0.5,
+    "rank_ms_p99": 0.9,
+    "peak_rss_mb": 100.0,
+}
+
+
+def test_the_table_names_the_command_threads_load_and_note():
+    data = {
+        "machine": {"cpus": 2},
+        "encoder": "default",
+        "blas_threads": 1,
+        "provenance": {
+            "command": "dtdr-agents speed --catalogue-size 10",
+            "commit": "0123456789abcdef",
+            "load_average_at_start": [1.5, 1.2, 1.0],
+            "note": "One core ran a model sweep.",
+        },
+        "sizes": {"10": {**ROW, "encode_s": 12.5, "encoded_texts": 3}},
+    }
+    table = render_scale(data, "scale.json").splitlines()
+    assert "encode_s" in table[0]
+    assert table[2].startswith("| 10 | 10 | 5 | exact | 12.5 | 1.0 |")
+    assert table[-1] == (
+        "`scale.json`: `dtdr-agents speed --catalogue-size 10` (commit 0123456, 2 cores, "
+        "encoder default, steps timed with 1 BLAS thread, load average at start 1.5). "
+        "One core ran a model sweep."
+    )
+
+
+def test_a_file_written_before_provenance_keeps_its_short_footer():
+    data = {"machine": {"cpus": 2}, "encoder": "default", "sizes": {"10": ROW}}
+    table = render_scale(data, "scale.json").splitlines()
+    assert "| exact | - | 1.0 |" in table[2]  # no encoding time recorded
+    assert table[-1] == "`scale.json`: encoder default, 2 cores."
+
+
+def test_negative_blas_threads_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        main(["speed", "--catalogue-size", "10", "--blas-threads", "-1"])
+    assert "--blas-threads" in capsys.readouterr().err
