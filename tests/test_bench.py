@@ -161,6 +161,12 @@ def test_learning_curve_rows_and_plot(encoder, demo_data):
     # demonstrations help the learned retrievers on this data
     assert mrr[40]["dtdr-l-s"] > mrr[10]["dtdr-l-s"]
     assert mrr[40]["hybrid"] > mrr[0]["hybrid"]
+    # and never make hybrid worse (issue 40): no point below the 0 point, no more early stops
+    end_first = {
+        size: row["hybrid"].summary()["end_first_at_tool_steps"] for size, row in rows.items()
+    }
+    assert all(mrr[size]["hybrid"] >= mrr[0]["hybrid"] - 0.01 for size in rows)
+    assert all(end_first[size] <= end_first[0] + 0.02 for size in rows)
     with pytest.raises(ValueError, match="ablations must be among"):
         run_ablations(train, test, encoder=encoder, seed=0, which=("bogus",))
 
