@@ -120,3 +120,20 @@ def test_the_llama_index_retriever_returns_tools_within_budget(demo: DemoSetup) 
     assert names and (tokens_of(demo, names) <= budget or len(names) == 1)
     free = DTDRObjectRetriever(llama_tools(demo.tools), demo.retriever)
     assert len(free.retrieve(demo.test[0].query)) > len(names)
+
+
+def test_the_end_to_end_protocol_selects_within_budget(demo: DemoSetup) -> None:
+    """`ProtocolBuilder.retrieve` applies the policy's schema budget (it raised a ValueError)."""
+    from dtdr_agents.evaluation.e2e.protocol import ProtocolBuilder
+
+    counter = get_token_counter()
+    free = ProtocolBuilder(demo.train, demo.test[:3], demo.tools, counter=counter, policy=BASE)
+    step = free.steps[0]
+    best, _ = free.retrieve(demo.retriever, step)
+    assert len(best) == K
+    per_tool = [free.schema_tokens[n] for n in best]
+    budget = sum(per_tool[:2]) + per_tool[2] // 2
+    policy = dataclasses.replace(BASE, max_schema_tokens=budget)
+    capped = ProtocolBuilder(demo.train, demo.test[:3], demo.tools, counter=counter, policy=policy)
+    names, _ = capped.retrieve(demo.retriever, step)
+    assert names == best[:2]

@@ -327,6 +327,9 @@ class ProtocolBuilder:
         self.schema_tokens = catalogue_schema_tokens(
             Toolset([*self.api_catalogue, self.end_tool]), counter
         )
+        self._ranked_tokens = {
+            n: self.schema_tokens[self._api(n)] for n in [*tools.names, END_OF_PLAN]
+        }
         self.steps = self._steps()
         self._examples = self._draw_examples()
         self._prefix_tokens = [counter.count(self._system_prefix(i)) for i in range(len(test))]
@@ -577,7 +580,7 @@ class ProtocolBuilder:
     ) -> tuple[tuple[str, ...], dict[str, float]]:
         """The retriever's selection for a step, in API names (the end token left out)."""
         ranking = retriever.rank(step.query, [self._back[h] for h in step.history])
-        chosen = select(ranking, self.policy)
+        chosen = select(ranking, self.policy, schema_tokens=self._ranked_tokens)
         names = tuple(self.names[n] for n in chosen.names)
         probabilities = {
             self.names[n]: float(p) for n, p in zip(chosen.names, chosen.probabilities, strict=True)
