@@ -75,3 +75,27 @@ def test_a_state_whose_precision_does_not_match_its_graph_is_refused():
         CandidateIndex.from_state({**config, "dtype": "i8"}, arrays, emb)
     with pytest.raises(ValueError, match="dtype must be"):
         CandidateIndex(emb, kind="hnsw", dtype="i8")  # type: ignore[arg-type]
+
+
+def test_a_saved_hybrid_with_a_half_precision_index_loads_and_ranks_the_same(tmp_path):
+    from dtdr_agents.datasets.synthetic import make_demo_dataset
+    from dtdr_agents.foundation.types import Toolset
+    from dtdr_agents.retrievers import load_retriever
+    from dtdr_agents.retrievers.hybrid import HybridRetriever
+
+    data = make_demo_dataset(n=80, seed=1)
+    filler = [
+        {"name": f"filler_{i}", "description": f"internal maintenance task number {i}"}
+        for i in range(300)
+    ]
+    tools = Toolset([*data.tools.to_list(), *filler])
+    model = HybridRetriever(encoder="tfidf", n_folds=2, candidates=30, exact_limit=100)
+    model.fit(data.demos[:60], tools)
+    assert model.index_.kind == "hnsw" and model.index_.dtype == "f16"
+    model.save(tmp_path / "model")
+    back = load_retriever(tmp_path / "model")
+    assert back.index_.dtype == "f16"  # type: ignore[attr-defined]
+    for demo in data.demos[60:]:
+        for step in demo.steps():
+            want = model.rank(demo.query, step.history).probabilities
+            assert np.array_equal(back.rank(demo.query, step.history).probabilities, want)
