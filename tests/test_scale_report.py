@@ -56,3 +56,31 @@ def test_negative_blas_threads_are_refused(capsys):
     with pytest.raises(SystemExit):
         main(["speed", "--catalogue-size", "10", "--blas-threads", "-1"])
     assert "--blas-threads" in capsys.readouterr().err
+
+
+def test_the_speed_block_names_its_command_and_the_load():
+    from dtdr_agents.evaluation.docsync import render_speed
+
+    data = {
+        "machine": {"python": "3.11", "cpus": 2},
+        "n_demos": 10,
+        "n_test_queries": 2,
+        "n_tools": 3,
+        "encoder": "tfidf",
+        "encoder_load_s": 0.1,
+        "fit_s": {"dtdr-c": 1.0},
+        "rank": {"dtdr-c per step": {"p50_ms": 0.1, "p99_ms": 0.2, "mean_ms": 0.1, "n": 4}},
+        "peak_rss_mb": 100.0,
+    }
+    assert render_speed(data, "speed.json").endswith("\n\n`speed.json`.")  # an older file
+    data["provenance"] = {
+        "command": "dtdr-agents speed --n-demos 10",
+        "commit": "0123456789",
+        "cpu_count": 2,
+        "load_average_at_start": [3.25, 2.0, 1.0],
+        "note": "Shared machine.",
+    }
+    assert render_speed(data, "speed.json").endswith(
+        "`speed.json`: `dtdr-agents speed --n-demos 10` (commit 0123456, 2 cores, load average "
+        "at start 3.25). Shared machine."
+    )

@@ -257,10 +257,19 @@ def load_speed(path: Path) -> dict[str, Any]:
 
 
 def render_speed(data: Mapping[str, Any], name: str) -> str:
-    """The speed benchmark's printed lines, as a code block."""
+    """The speed benchmark's printed lines, as a code block, with its command when recorded."""
     from dtdr_agents.evaluation.perf import format_speed
 
-    return "\n".join(["```", format_speed(dict(data)), "```", "", f"`{name}`."])
+    source = f"`{name}`."
+    prov = data.get("provenance")
+    if prov:
+        load = prov.get("load_average_at_start")
+        said = f"commit {str(prov.get('commit'))[:7]}, {prov.get('cpu_count', '?')} cores"
+        said += f", load average at start {load[0]}" if load else ""
+        source = f"`{name}`: `{prov['command']}` ({said})." + (
+            f" {prov['note']}" if prov.get("note") else ""
+        )
+    return "\n".join(["```", format_speed(dict(data)), "```", "", source])
 
 
 class _Refit(BaseModel):
