@@ -43,6 +43,8 @@ def test_the_table_names_the_command_threads_load_and_note():
         "encoder default, steps timed with 1 BLAS thread, load average at start 1.5). "
         "One core ran a model sweep."
     )
+    data["provenance"]["command"] += " --note 'One core ran a model sweep.'"
+    assert render_scale(data, "scale.json").endswith("load average at start 1.5).")  # once
 
 
 def test_a_file_written_before_provenance_keeps_its_short_footer():
@@ -84,3 +86,16 @@ def test_the_speed_block_names_its_command_and_the_load():
         "`speed.json`: `dtdr-agents speed --n-demos 10` (commit 0123456, 2 cores, load average "
         "at start 3.25). Shared machine."
     )
+
+
+def test_the_note_is_quoted_in_the_recorded_command_and_kept_apart():
+    import argparse
+    import shlex
+
+    from dtdr_agents.cli.core import _speed_provenance
+
+    note = "one core ran a sweep; niced"
+    argv = ["speed", "--catalogue-size", "10", "--note", note]
+    origin = _speed_provenance(argparse.Namespace(seed=0, note=note, argv=argv))
+    assert shlex.split(origin["command"])[-2:] == ["--note", note]
+    assert origin["note"] == note and len(origin["load_average_at_start"]) == 3

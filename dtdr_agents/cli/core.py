@@ -373,12 +373,14 @@ def cmd_speed(args: argparse.Namespace) -> int:
 def _speed_provenance(args: argparse.Namespace) -> dict[str, Any]:
     """`provenance` of a speed run, with the machine's load when it started and `--note`."""
     import os
+    import shlex
 
     from dtdr_agents.evaluation.report import provenance
 
     origin = provenance([args.seed], getattr(args, "argv", None))  # the code that runs
     origin["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
-    if args.note:
+    if args.note:  # quoted in the command, so that it can be run again as it stands
+        origin["command"] = origin["command"].replace(args.note, shlex.quote(args.note))
         origin["note"] = args.note
     return origin
 

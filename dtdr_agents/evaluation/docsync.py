@@ -266,9 +266,7 @@ def render_speed(data: Mapping[str, Any], name: str) -> str:
         load = prov.get("load_average_at_start")
         said = f"commit {str(prov.get('commit'))[:7]}, {prov.get('cpu_count', '?')} cores"
         said += f", load average at start {load[0]}" if load else ""
-        source = f"`{name}`: `{prov['command']}` ({said})." + (
-            f" {prov['note']}" if prov.get("note") else ""
-        )
+        source = f"`{name}`: `{prov['command']}` ({said}).{_note(prov)}"
     return "\n".join(["```", format_speed(dict(data)), "```", "", source])
 
 
@@ -428,10 +426,14 @@ def render_scale(data: Mapping[str, Any], name: str) -> str:
     ]
     if prov.get("load_average_at_start"):
         said.append(f"load average at start {prov['load_average_at_start'][0]}")
-    lines += ["", f"`{name}`: `{prov['command']}` ({', '.join(said)})."]
-    if prov.get("note"):
-        lines[-1] += f" {prov['note']}"
+    lines += ["", f"`{name}`: `{prov['command']}` ({', '.join(said)}).{_note(prov)}"]
     return "\n".join(lines)
+
+
+def _note(prov: Mapping[str, Any]) -> str:
+    """A run's `--note`, said after its command unless the command already shows it."""
+    note = prov.get("note")
+    return f" {note}" if note and note not in str(prov.get("command")) else ""
 
 
 @dataclass(frozen=True)
