@@ -533,7 +533,8 @@ def test_cross_fitting_parts_know_only_the_training_folds_tools(encoder, monkeyp
         return original(self, demos, tools)
 
     monkeypatch.setattr(DTDRC, "fit", spy)
-    HybridRetriever(encoder=encoder, n_folds=4).fit(demos, tools)
+    # a pull given (no `select_l2`): 8 demonstrations are cross-fitted, not kept at the prior
+    HybridRetriever(encoder=encoder, n_folds=4, select_l2=False).fit(demos, tools)
     assert len(fits) == 5  # four folds, then all demonstrations
     for called, known in fits:
         assert known == called
