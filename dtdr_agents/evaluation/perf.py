@@ -309,7 +309,11 @@ def _encode_apart(enc: Encoder, texts: Sequence[str], batch: int = 4096) -> dict
 
     With a cached encoder, only the texts its caches miss are computed (`encoded_texts`), so a
     cold cache shows up here rather than in `fit_s`. In batches: no catalogue-sized copy.
+    An encoder fitted on the corpus (TF-IDF, not fitted yet) is fitted and used inside the
+    retriever's fit: nothing is encoded apart (both figures None).
     """
+    if not getattr(enc, "is_fitted", True):
+        return {"encode_s": None, "encoded_texts": None}
     misses = enc.misses if isinstance(enc, CachedEncoder) else None
     t0 = time.perf_counter()
     for start in range(0, len(texts), batch):
