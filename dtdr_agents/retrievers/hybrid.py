@@ -71,6 +71,7 @@ from dtdr_agents.retrievers.hybrid_combiner import (
     _select_l2,
     end_first_shift,
     out_of_group_scores,
+    pull_name,
 )
 from dtdr_agents.retrievers.hybrid_features import (
     CHAIN_EPS,
@@ -302,22 +303,23 @@ class HybridRetriever(HybridFeatures):
             held_out = _HeldOut.stack(feats, targets)
             l2: float | None = self.l2
             groups = np.array(step_fold) % min(L2_SELECT_GROUPS, folds)
-            selected = self.select_l2 and 0 < len(held_out.x) <= L2_SELECT_ROWS
-            if selected:
+            scores: dict[str, np.ndarray] = {}  # out of group, by pull (`_select_l2`)
+            if self.select_l2 and 0 < len(held_out.x) <= L2_SELECT_ROWS:
                 choices: list[float | None] = [self.l2 * m for m in L2_MULTIPLES]
                 choices.append(None)  # the prior itself: kept unless the steps clearly beat it
                 l2, self.cv_["l2_losses"] = _select_l2(
-                    held_out, groups, prior, choices, clusters=np.array(step_demo)
+                    held_out, groups, prior, choices, clusters=np.array(step_demo), scores=scores
                 )
             self.cv_["l2"] = l2
             weights = prior if l2 is None else _fit_combiner(held_out, prior, l2)
             if l2 is not None and held_out.n_steps:  # stop early no more often than the prior
-                scores = (
-                    out_of_group_scores(held_out, groups, prior, l2)
-                    if len(held_out.x) <= END_SHIFT_ROWS
-                    else held_out.x @ weights  # so many steps that the fit's optimism is small
-                )
-                shift = end_first_shift(held_out, scores, held_out.x @ prior)
+                if pull_name(l2) in scores:  # the selection's fits, reused
+                    mix = scores[pull_name(l2)]
+                elif len(held_out.x) <= END_SHIFT_ROWS:
+                    mix = out_of_group_scores(held_out, groups, prior, l2)
+                else:  # so many steps that the fit's optimism is small
+                    mix = held_out.x @ weights
+                shift = end_first_shift(held_out, mix, held_out.x @ prior)
                 weights = weights.copy()
                 weights[FEATURES.index("end")] -= shift
                 self.cv_["end_shift"] = round(shift, 6)

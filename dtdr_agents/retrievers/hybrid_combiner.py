@@ -178,9 +178,12 @@ class _HeldOut:
 
     def step_losses(self, weights: np.ndarray) -> np.ndarray:
         """Each step's negative log-probability of its acceptable candidates."""
+        return self.step_losses_of(self.x @ weights)
+
+    def step_losses_of(self, s: np.ndarray) -> np.ndarray:
+        """`step_losses` of given row scores `s`."""
         if self.n_steps == 0:
             return np.zeros(0)
-        s = self.x @ weights
         lse_good = self.log_sum_exp(np.where(self.good, s, -np.inf))
         return np.asarray(self.log_sum_exp(s) - lse_good, dtype=np.float64)
 
@@ -279,6 +282,7 @@ def _select_l2(
     prior: np.ndarray,
     choices: Sequence[float | None],
     clusters: np.ndarray | None = None,
+    scores: dict[str, np.ndarray] | None = None,
 ) -> tuple[float | None, dict[str, float]]:
     """The pull among `choices` (None: the prior itself) that held-out groups of steps support.
 
@@ -295,22 +299,20 @@ def _select_l2(
     so their differences are summed per demonstration before the standard error is taken
     (a clustered standard error; None: each step on its own).
 
+    `scores`, when given, is filled with each choice's out-of-group row scores
+    (`out_of_group_scores`, by `pull_name`), for the caller to reuse.
+
     Returns:
         (the chosen pull, each choice's summed loss by `pull_name`).
     """
-    splits = [(held.take(groups != g), held.take(groups == g)) for g in np.unique(groups)]
-    order = np.concatenate([np.flatnonzero(groups == g) for g in np.unique(groups)])
-    per_step = {
-        pull_name(c): np.concatenate(
-            [
-                out.step_losses(prior if c is None else _fit_combiner(fit, prior, c))
-                for fit, out in splits
-            ]
+    scores = {} if scores is None else scores
+    for c in choices:
+        scores[pull_name(c)] = (
+            held.x @ prior if c is None else out_of_group_scores(held, groups, prior, c)
         )
-        for c in choices
-    }  # in `order`: the groups' steps one group after another
-    if clusters is not None:  # the steps' losses (in `order`) summed per demonstration
-        ids, member = np.unique(np.asarray(clusters)[order], return_inverse=True)
+    per_step = {pull_name(c): held.step_losses_of(scores[pull_name(c)]) for c in choices}
+    if clusters is not None:  # the steps' losses summed per demonstration
+        ids, member = np.unique(np.asarray(clusters), return_inverse=True)
         per_step = {
             name: np.bincount(member, weights=v, minlength=len(ids)) for name, v in per_step.items()
         }
