@@ -260,13 +260,8 @@ def render_speed(data: Mapping[str, Any], name: str) -> str:
     """The speed benchmark's printed lines, as a code block, with its command when recorded."""
     from dtdr_agents.evaluation.perf import format_speed
 
-    source = f"`{name}`."
     prov = data.get("provenance")
-    if prov:
-        load = prov.get("load_average_at_start")
-        said = f"commit {str(prov.get('commit'))[:7]}, {prov.get('cpu_count', '?')} cores"
-        said += f", load average at start {load[0]}" if load else ""
-        source = f"`{name}`: `{prov['command']}` ({said}).{_note(prov)}"
+    source = _source(name, prov, prov.get("cpu_count", "?"), []) if prov else f"`{name}`."
     return "\n".join(["```", format_speed(dict(data)), "```", "", source])
 
 
@@ -416,24 +411,27 @@ def render_scale(data: Mapping[str, Any], name: str) -> str:
         lines += ["", f"`{name}`: encoder {data['encoder']}, {machine.get('cpus', '?')} cores."]
         return "\n".join(lines)
     threads = data.get("blas_threads")
-    said = [
-        f"commit {str(prov.get('commit'))[:7]}",
-        f"{machine.get('cpus', '?')} cores",
+    details = [
         f"encoder {data['encoder']}",
         f"steps timed with {threads} BLAS thread{'s' if threads != 1 else ''}"
         if threads
         else "steps timed with the BLAS default threads",
     ]
-    if prov.get("load_average_at_start"):
-        said.append(f"load average at start {prov['load_average_at_start'][0]}")
-    lines += ["", f"`{name}`: `{prov['command']}` ({', '.join(said)}).{_note(prov)}"]
+    lines += ["", _source(name, prov, machine.get("cpus", "?"), details)]
     return "\n".join(lines)
 
 
-def _note(prov: Mapping[str, Any]) -> str:
-    """A run's `--note`, said after its command unless the command already shows it."""
+def _source(name: str, prov: Mapping[str, Any], cores: object, details: list[str]) -> str:
+    """A timing file's footer: its command, commit, cores, `details`, load and `--note`.
+
+    The note is said after the command unless the command already shows it.
+    """
+    said = [f"commit {str(prov.get('commit'))[:7]}", f"{cores} cores", *details]
+    if prov.get("load_average_at_start"):
+        said.append(f"load average at start {prov['load_average_at_start'][0]}")
     note = prov.get("note")
-    return f" {note}" if note and note not in str(prov.get("command")) else ""
+    tail = f" {note}" if note and note not in str(prov.get("command")) else ""
+    return f"`{name}`: `{prov['command']}` ({', '.join(said)}).{tail}"
 
 
 @dataclass(frozen=True)

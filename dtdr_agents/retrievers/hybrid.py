@@ -125,7 +125,8 @@ it is: with that many steps the weakest pull won every selection measured (TaskB
 
 END_SHIFT_ROWS = 100_000
 """Up to this many held-out candidate rows, the end-of-plan shift (`end_first_shift`) reads
-the mix's out-of-group scores (3 more combiner fits); beyond, its in-sample scores. On
+the mix's out-of-group scores (the pull selection's fits, or 3 more where `select_l2` did not
+run); beyond, its in-sample scores. On
 NESTFUL at 50 demonstrations (seed 0, over `L2_SELECT_ROWS`), the in-sample scores put
 end-of-plan first at no more tool steps than the prior and asked for no shift, where the test
 steps had 0.1012 against the prior's 0.0595."""
