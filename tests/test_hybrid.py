@@ -863,14 +863,17 @@ def test_edge_ranks_share_ties_and_put_tools_without_an_edge_last():
 
 
 def test_step_dtdr_l_probabilities_equal_the_full_product(fitted, demo_data, demo_split):
-    """The kept query block, skipped zero blocks and the one-call merge change no probability."""
+    """Kept block products (the query's, each call's, the mean's, the flags') and the one-call
+    merge give the probabilities of the full product."""
     from dtdr_agents.retrievers.scores import softmax
 
     _, test = demo_split
     query = test[0].query
     tools = list(demo_data.tools.names)
     qs = fitted._query_state(query)
-    for history in [(), tuple(tools[:1]), tuple(tools[1:3]), tuple(tools[:4]), tuple(tools[:6])]:
+    histories = [(), tuple(tools[:1]), tuple(tools[1:3]), tuple(tools[:4]), tuple(tools[:6])]
+    histories += [(tools[0], tools[1], tools[0]), (tools[2],) * 5]  # repeated calls: the mean
+    for history in histories * 2:  # the second time from the kept products
         got = fitted._linear_probs(qs, history)
         assert got is not None
         x = fitted.linear_._structured(qs.qvec[None, :], [history])[0]

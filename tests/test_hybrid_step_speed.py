@@ -19,8 +19,14 @@ REFERENCE = Path(__file__).parent / "fixtures" / "hybrid_steps_reference.json"
 when a change to the features is meant)."""
 
 TOLERANCE = 1e-6
-"""Probabilities may differ by this much on another machine (its BLAS kernels sum float32
-products in another order); on the machine that made the file they were equal."""
+"""Probabilities may differ by this much plus `RELATIVE` of their value on another machine."""
+
+RELATIVE = 0.02
+"""Another processor sums float32 products in another order, and the TF-IDF encoder's
+randomized SVD amplifies that: on an Intel Xeon at the commit the file was made at, 5 of its
+115 steps differed by more than 1e-6, by up to 1.1e-5 (0.5% of that tool's probability). On
+the machine that made the file they were equal. A speed-up that changes a feature moves
+probabilities by far more."""
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +56,11 @@ def test_rankings_match_those_made_before_the_speed_ups(model, reference):
         assert list(ranking.names) == reference["names"]
         want = np.asarray(step["probabilities"])
         got = ranking.probabilities
-        assert np.abs(got - want).max() <= TOLERANCE, (step["query"], step["history"])
+        allowed = TOLERANCE + RELATIVE * want
+        assert np.all(np.abs(got - want) <= allowed), (step["query"], step["history"])
         # the same order wherever the reference's probabilities are not within the tolerance
         order = np.argsort(-want, kind="stable")
-        apart = np.diff(want[order]) < -TOLERANCE
+        apart = np.diff(want[order]) < -2 * allowed[order][:-1]
         assert np.all(np.diff(got[order])[apart] < 0), (step["query"], step["history"])
 
 

@@ -39,7 +39,6 @@ features are `dtdr_agents.retrievers.hybrid_features`. This module re-exports th
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -391,9 +390,9 @@ class HybridRetriever(HybridFeatures):
 
     # ------------------------------------------------------------------------------ scoring
     def _score(self, query: str, history: tuple[str, ...]) -> Scores:
-        return dataclasses.replace(self._mixed_score(query, history), ood_reason=self._ood(query))
+        return self._mixed_score(query, history, self._ood(query))
 
-    def _mixed_score(self, query: str, history: tuple[str, ...]) -> Scores:
+    def _mixed_score(self, query: str, history: tuple[str, ...], ood: str | None) -> Scores:
         labels, x = self._step_features(query, history)
         s = x @ self.weights_
         p = softmax(s)
@@ -414,6 +413,7 @@ class HybridRetriever(HybridFeatures):
                     "candidates": len(labels),
                     "sub_goals": self._query_state(query).goals_from,
                 },
+                ood_reason=ood,
                 tool_why=why,
                 replaces=("zero_shot", "stop", "candidates", "sub_goals"),  # said once
             )
@@ -432,7 +432,7 @@ class HybridRetriever(HybridFeatures):
             explanation["cluster"] = qs.cluster
         if qs.source_note is not None:
             explanation["candidate_source"] = qs.source_note
-        return Scores(out, explanation, tool_why=why, replaces=tuple(explanation))
+        return Scores(out, explanation, ood, tool_why=why, replaces=tuple(explanation))
 
     # ------------------------------------------------------------------ out of distribution
     def _calibrate_ood(self, demos: list[Demonstration], tools: Toolset) -> None:

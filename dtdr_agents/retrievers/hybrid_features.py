@@ -573,45 +573,89 @@ class HybridFeatures(ToolRetriever):
     def _linear_probs(
         self, qs: _QueryState, history: tuple[str, ...]
     ) -> tuple[np.ndarray, np.ndarray] | None:
-        """Both DTDR-L models' probabilities over their (shared) labels for this step."""
+        """Both DTDR-L models' probabilities over their (shared) labels for this step.
+
+        The logits are the products of the models' column blocks with the step's input
+        ``[query | last call | 2nd last | ... | mean of calls | empty flags, length]``
+        (`DTDRL._structured`), each made from kept parts: the query's block once per query, a
+        call's block once per (position, tool), the mean as the mean of the calls' kept
+        products with the mean block, the flags and length once per history length. After one
+        call the mean of the calls is the last call: one product, not two. A call DTDR-L has
+        no embedding for is a zero block, as in `_structured`.
+        """
         if self.linear_ is None or self.linear_fine_ is None:
             return None
         models = (self.linear_, self.linear_fine_)
-        x = self.linear_._structured(qs.qvec[None, :], [history])[0]
         dim = len(qs.qvec)
         blocks, merged = self._linear_blocks(models, dim)
         kept = qs.linear_query
         if kept is None or kept[0][0] is not models[0] or kept[0][1] is not models[1]:
-            q = x[:dim]  # the query's block is the same at every step: once per query
-            first = [b[0][1] @ q + m.bias_ for b, m in zip(blocks, models, strict=True)]
+            first = [b[0][1] @ qs.qvec + m.bias_ for b, m in zip(blocks, models, strict=True)]
             kept = ((models[0], models[1]), first)
             qs.linear_query = kept
         out = [logits.copy() for logits in kept[1]]
-        # The history's blocks, skipping the zero ones (positions a short history lacks).
-        # After one call the mean of the calls is the last call: one product, not two.
-        one_call = len(history) == 1 and merged is not None
-        mean_at = self.linear_._positions + 1  # [query | last | ... | mean | flags, length]
+        n = len(history)
+        positions = self.linear_._positions
+        mean_at = positions + 1  # [query | last | ... | mean | flags, length]
+        one_call = n == 1 and merged is not None
+        if len(blocks[0]) != positions + 3:  # flags wider than a block: the plain product
+            x = self.linear_._structured(qs.qvec[None, :], [history])[0]
+            return softmax(models[0].weight_ @ x + models[0].bias_), softmax(
+                models[1].weight_ @ x + models[1].bias_
+            )
+        embedded = {h for h in history if self.linear_.tool_embedding(h) is not None}
         calls = self._linear_calls(models)
-        for i, (total, model_blocks) in enumerate(zip(out, blocks, strict=True)):
-            for j, (block, weight) in enumerate(model_blocks[1:], start=1):
-                if one_call and j == mean_at:
-                    continue  # folded into the last call's block
-                if not x[block].any():
-                    continue
-                fold = bool(one_call and merged and j == 1)
-                if j >= mean_at:  # the mean and the flags: this history's own
-                    total += weight @ x[block]
-                    continue
-                # the j-th last call's block: the same product whenever that tool is there
-                key = (i, j, fold, history[-j])
-                product = calls.get(key)
-                if product is None:
-                    product = (merged[i] if fold and merged else weight) @ x[block]
-                    if (len(calls) + 1) * product.nbytes > LINEAR_CALLS_BYTES:
-                        calls.clear()
-                    calls[key] = product
-                total += product
+        for i, total in enumerate(out):
+            model_blocks = blocks[i]
+            for j in range(1, min(positions, n) + 1):
+                name = history[-j]
+                if name in embedded:
+                    fold = one_call and j == 1
+                    key = (i, j, fold, name)
+                    total += self._linear_call_product(calls, key, model_blocks, merged)
+            if n and not one_call and embedded:
+                mean = np.zeros_like(total)
+                for h in history:
+                    if h in embedded:
+                        key = (i, mean_at, False, h)
+                        mean += self._linear_call_product(calls, key, model_blocks, None)
+                total += mean / np.float32(n)
+            key = (i, mean_at + 1, False, str(n))
+            total += self._linear_call_product(calls, key, model_blocks, None)
         return softmax(out[0]), softmax(out[1])
+
+    def _linear_call_product(
+        self,
+        calls: dict[tuple[int, int, bool, str], np.ndarray],
+        key: tuple[int, int, bool, str],
+        model_blocks: list[tuple[slice, np.ndarray]],
+        merged: list[np.ndarray] | None,
+    ) -> np.ndarray:
+        """One kept block product of `_linear_probs`, made on first use.
+
+        `key` is (model, block, folded, what): a call's tool at a position or in the mean
+        block, or the history length at the flags' block.
+        """
+        product = calls.get(key)
+        if product is not None:
+            return product
+        i, j, fold, what = key
+        if j == len(model_blocks) - 1:  # the empty flags and the length
+            n = int(what)
+            positions = len(model_blocks) - 3
+            tail = np.zeros(positions + 1, dtype=np.float32)
+            tail[n:positions] = 1.0
+            tail[-1] = np.log1p(n)
+            product = model_blocks[j][1] @ tail
+        else:
+            assert self.linear_ is not None
+            vec = self.linear_.tool_embedding(what)
+            assert vec is not None
+            product = (merged[i] if fold and merged else model_blocks[j][1]) @ vec
+        if (len(calls) + 1) * product.nbytes > LINEAR_CALLS_BYTES:
+            calls.clear()
+        calls[key] = product
+        return product
 
     def _linear_calls(
         self, models: tuple[DTDRL, DTDRL]
@@ -771,8 +815,9 @@ class HybridFeatures(ToolRetriever):
                 vals = np.log1p(np.asarray(chain_p, dtype=np.float64) / CHAIN_EPS)
                 is_end = np.asarray(chain_labels) == end
                 x[rows[is_end], _F[end_name]] = vals[is_end]
+                tool_rows, tool_vals = rows[~is_end], vals[~is_end]
                 for name, factor in cols:
-                    x[rows[~is_end], _F[name]] = vals[~is_end] * factor
+                    x[tool_rows, _F[name]] = tool_vals * factor
         if lps is not None:
             linear_rows = self._linear_rows()
             for lp, col, end_col in (
@@ -805,9 +850,12 @@ class HybridFeatures(ToolRetriever):
             (votes.next, _F["knn_next"]),
             (votes.follow, _F["knn_follow"]),
         ):
-            for t, v in tool_votes.items():
-                if t != end and pos[t] >= 0:
-                    x[pos[t], col] = v
+            if tool_votes:
+                voted = np.fromiter(tool_votes, dtype=np.int64, count=len(tool_votes))
+                at = pos[voted]
+                keep = (voted != end) & (at >= 0)
+                values = np.fromiter(tool_votes.values(), dtype=np.float64, count=len(voted))
+                x[at[keep], col] = values[keep]
         return x
 
     def _clause_features(
@@ -826,9 +874,13 @@ class HybridFeatures(ToolRetriever):
         if not sims.size:
             return
         n_c = len(sims)
-        x[:n_c, _F["clause_rel"]] = sims.max(axis=1)
         covered = step.calls.max(axis=0) if len(step.calls) else np.zeros(sims.shape[1])
-        x[:n_c, _F["clause_open"]] = (sims * (1.0 - np.clip(covered, 0.0, 1.0))).max(axis=1)
+        if sims.shape[1] == 1:  # one clause: the best of one column is that column
+            x[:n_c, _F["clause_rel"]] = sims[:, 0]
+            x[:n_c, _F["clause_open"]] = sims[:, 0] * (1.0 - np.clip(covered[0], 0.0, 1.0))
+        else:
+            x[:n_c, _F["clause_rel"]] = sims.max(axis=1)
+            x[:n_c, _F["clause_open"]] = (sims * (1.0 - np.clip(covered, 0.0, 1.0))).max(axis=1)
         if len(history) < sims.shape[1]:
             x[:n_c, _F["clause_next"]] = sims[:, len(history)]
 
@@ -1036,6 +1088,10 @@ class HybridFeatures(ToolRetriever):
             open_[int(np.argmax(np.where(open_, call, -np.inf)))] = False
         if not open_.any() or not len(step.tools):
             return None
+        if len(open_) == 1:  # one sub-goal, open: its softmax is the answer
+            sim = step.goals[:, 0]
+            weight = np.exp((sim - sim.max()) / SUB_GOAL_TEMPERATURE)
+            return np.asarray(weight / weight.sum())
         sims = step.goals[:, open_]  # (candidates, open sub-goals)
         weights = np.exp((sims - sims.max(axis=0)) / SUB_GOAL_TEMPERATURE)
         return np.asarray((weights / weights.sum(axis=0)).max(axis=1))
