@@ -768,7 +768,7 @@ class HybridFeatures(ToolRetriever):
         cl_labels, cl_p, cl_support, all_labels, all_p, all_support = chains
         plan_votes = votes.plan
         n_c = len(cands)
-        x = np.zeros((n_c + 1, len(FEATURES)))
+        x = np.zeros((n_c + 1, len(FEATURES)), order="F")
         # zero-shot
         n_q = len(qs.candidates)
         x[:n_q, _F["bm25_norm"]] = qs.zero_shot[:, 0]
@@ -820,15 +820,19 @@ class HybridFeatures(ToolRetriever):
                     x[tool_rows, _F[name]] = tool_vals * factor
         if lps is not None:
             linear_rows = self._linear_rows()
+            at, end_at = linear_rows[cands], linear_rows[end]
+            known = at >= 0
+            log_floor = np.log(L_FLOOR)
             for lp, col, end_col in (
                 (lps[0], _F["dtdr_l"], _F["end_dtdr_l"]),
                 (lps[1], _F["dtdr_l_fine"], _F["end_dtdr_l_fine"]),
             ):
                 # log(max(p, floor)) - log(floor) of each candidate DTDR-L knows, else 0
-                logs = np.log(np.maximum(lp, L_FLOOR)) - np.log(L_FLOOR)
-                at = linear_rows[cands]
-                x[:n_c, col] = np.where(at >= 0, logs[at], 0.0)
-                x[n_c, end_col] = logs[linear_rows[end]] if linear_rows[end] >= 0 else 0.0
+                logs = np.log(np.maximum(lp[at], L_FLOOR)) - log_floor
+                x[:n_c, col] = np.where(known, logs, 0.0)
+                x[n_c, end_col] = (
+                    np.log(max(lp[end_at], L_FLOOR)) - log_floor if end_at >= 0 else 0.0
+                )
         assert self.tool_embeddings_ is not None
         sims = _StepSims.of(self.tool_embeddings_, qs, cands, self._embedded_rows(history))
         if history:
