@@ -885,7 +885,8 @@ def test_step_dtdr_l_probabilities_equal_the_full_product(fitted, demo_data, dem
 def test_an_open_sub_goal_with_a_clear_tool_outranks_one_close_to_many():
     """`_open_sub_goals`: each open sub-goal's softmax over the candidates, best kept."""
     step = hybrid_features._StepSims(
-        tools=np.zeros((3, 4)),
+        request_tools=np.zeros((3, 4)),
+        added_tools=np.zeros((0, 4)),
         # sub-goal 0 is vague (three candidates alike), sub-goal 1 clearly asks for candidate 2
         goals=np.array([[0.60, 0.20], [0.59, 0.30], [0.58, 0.55]]),
         calls=np.zeros((0, 2)),
@@ -895,9 +896,13 @@ def test_an_open_sub_goal_with_a_clear_tool_outranks_one_close_to_many():
     assert int(np.argmax(score)) == 2  # the raw cosine would put candidate 0 first
     assert int(np.argmax(step.goals.max(axis=1))) == 0
     # a call that matches sub-goal 1 best covers it: the vague one is left, candidate 0 leads
-    done = hybrid_features._StepSims(step.tools, step.goals, np.array([[0.1, 0.9]]))
+    done = hybrid_features._StepSims(
+        step.request_tools, step.added_tools, step.goals, np.array([[0.1, 0.9]])
+    )
     left = hybrid_features.HybridFeatures._open_sub_goals(done)
     assert left is not None and int(np.argmax(left)) == 0
     # every sub-goal covered: no evidence
-    both = hybrid_features._StepSims(step.tools, step.goals, np.array([[0.1, 0.9], [0.9, 0.1]]))
+    both = hybrid_features._StepSims(
+        step.request_tools, step.added_tools, step.goals, np.array([[0.1, 0.9], [0.9, 0.1]])
+    )
     assert hybrid_features.HybridFeatures._open_sub_goals(both) is None

@@ -131,6 +131,8 @@ class _QueryState:
     lead_weights: tuple[float, ...] = ()
     # the neighbours' plans as label lists, in `neighbours` order (read at every step)
     neighbour_plans: tuple[list[int], ...] = ()
+    # (the embeddings they came from, the candidates' rows of them, those to the clauses)
+    step_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
 @dataclass(frozen=True)
@@ -162,9 +164,15 @@ def _same_calls(calls: list[int], counts: dict[int, int]) -> bool:
 
 @dataclass(frozen=True)
 class _StepSims:
-    """The similarities one step's features share (each product made once per step)."""
+    """The similarities one step's features share (each product made once per step).
 
-    tools: np.ndarray  # (candidates, dim): the candidates' embeddings
+    The candidates' embeddings are kept in two parts: the request's candidates (the same at
+    every step of the request: gathered once, in `_QueryState.step_rows`) and those the
+    learned parts added at this step.
+    """
+
+    request_tools: np.ndarray  # (request's candidates, dim): their embeddings
+    added_tools: np.ndarray  # (candidates added at this step, dim)
     goals: np.ndarray  # (candidates, sub-goals): to the clauses (the request without them)
     calls: np.ndarray  # (calls made with an embedding, sub-goals): the calls to the same
 
@@ -174,8 +182,25 @@ class _StepSims:
     ) -> _StepSims:
         """The products of a step whose candidates are `cands` and calls' rows `rows`."""
         goals = qs.clauses if qs.clauses is not None else qs.qvec[None, :]
-        tools = embeddings[cands]
-        return cls(tools, tools @ goals.T, embeddings[rows] @ goals.T)
+        kept = qs.step_rows
+        if kept is None or kept[0] is not embeddings:
+            request_tools = embeddings[qs.candidates]
+            kept = (embeddings, request_tools, request_tools @ goals.T)
+            qs.step_rows = kept
+        added = embeddings[cands[len(qs.candidates) :]]
+        to_goals = np.concatenate([kept[2], added @ goals.T]) if len(added) else kept[2]
+        return cls(kept[1], added, to_goals, embeddings[rows] @ goals.T)
+
+    @property
+    def n(self) -> int:
+        """The step's candidates."""
+        return len(self.request_tools) + len(self.added_tools)
+
+    def dot(self, other: np.ndarray) -> np.ndarray:
+        """The candidates' embeddings times `other` (a vector, or dim x k), candidates first."""
+        if not len(self.added_tools):
+            return np.asarray(self.request_tools @ other)
+        return np.concatenate([self.request_tools @ other, self.added_tools @ other])
 
 
 def edge_ranks(weights: np.ndarray) -> np.ndarray:
@@ -769,6 +794,8 @@ class HybridFeatures(ToolRetriever):
         plan_votes = votes.plan
         n_c = len(cands)
         x = np.zeros((n_c + 1, len(FEATURES)), order="F")
+        assert self.tool_embeddings_ is not None
+        sims = _StepSims.of(self.tool_embeddings_, qs, cands, self._embedded_rows(history))
         # zero-shot
         n_q = len(qs.candidates)
         x[:n_q, _F["bm25_norm"]] = qs.zero_shot[:, 0]
@@ -777,10 +804,9 @@ class HybridFeatures(ToolRetriever):
         x[:n_q, _F["dense_rank"]] = qs.zero_shot[:, 3]
         if n_c > n_q:
             added = cands[n_q:]
-            assert self.tool_embeddings_ is not None
             x[n_q:n_c, _F["bm25_norm"]] = self._learned_bm25(qs, added)
             x[n_q:n_c, _F["bm25_rank"]] = -np.log1p(self.candidates)
-            x[n_q:n_c, _F["dense_rel"]] = self.tool_embeddings_[added] @ qs.qvec - qs.cos_max
+            x[n_q:n_c, _F["dense_rel"]] = sims.added_tools @ qs.qvec - qs.cos_max
             x[n_q:n_c, _F["dense_rank"]] = -np.log1p(self.candidates)
         counts = self.tool_counts_[cands]
         unseen = (counts == 0).astype(np.float64)
@@ -833,8 +859,6 @@ class HybridFeatures(ToolRetriever):
                 x[n_c, end_col] = (
                     np.log(max(lp[end_at], L_FLOOR)) - log_floor if end_at >= 0 else 0.0
                 )
-        assert self.tool_embeddings_ is not None
-        sims = _StepSims.of(self.tool_embeddings_, qs, cands, self._embedded_rows(history))
         if history:
             hist_rows = [self._label_index.get(h, -1) for h in history]
             for h in hist_rows:
@@ -842,7 +866,7 @@ class HybridFeatures(ToolRetriever):
                     x[pos[h], _F["in_history"]] += 1.0
             last = hist_rows[-1]
             if 0 <= last < len(self.fit_tools_):
-                x[:n_c, _F["last_call_sim"]] = sims.tools @ self.tool_embeddings_[last]
+                x[:n_c, _F["last_call_sim"]] = sims.dot(self.tool_embeddings_[last])
         self._clause_features(qs, history, sims, x)
         self._zero_shot_features(qs, history, cands, sims, x, demos_go_on=votes.end_follow < 0)
         x[n_c, _F["end_n_calls"]] = np.log1p(len(history))
@@ -974,7 +998,7 @@ class HybridFeatures(ToolRetriever):
         waiting = (self._successor_weights(history[-1], cands) > 0) & ~called
         if not waiting.any():
             return False
-        sims = step.tools @ qs.goals.T  # (candidates, sub-goals)
+        sims = step.dot(qs.goals.T)  # (candidates, sub-goals)
         top = sims.max(axis=0)
         rows = self._embedded_rows(history)
         if rows:  # the sub-goals a call made already does are not waiting
@@ -1090,7 +1114,7 @@ class HybridFeatures(ToolRetriever):
             if not open_.any():
                 break
             open_[int(np.argmax(np.where(open_, call, -np.inf)))] = False
-        if not open_.any() or not len(step.tools):
+        if not open_.any() or not step.n:
             return None
         if len(open_) == 1:  # one sub-goal, open: its softmax is the answer
             sim = step.goals[:, 0]
