@@ -117,6 +117,25 @@ def test_score_log_counts_outside_unbound_meta_and_unparseable() -> None:
     assert res.failure == "unknown_tool"
 
 
+def test_score_log_counts_a_reask_after_an_answer_without_a_call() -> None:
+    log = RunLog("x", 0, 5)
+    log.calls += [_call([("a", "{}")]), _call(None), _call([("b", "{}")]), _call(None)]
+    res = score_log(log, GOLD, CATALOGUE, frozenset())
+    assert res.reasks == 1  # the last answer without a call is the stop, not a re-ask
+    assert res.success and res.stopped
+    runs = [res, score_log(_one_stop(), GOLD, CATALOGUE, frozenset())]
+    runs[1].plan = 1
+    out = summarize(runs, ["x"], 2, n_boot=50)["contestants"]["x"]
+    assert out["reasks"]["value"] == pytest.approx(0.5)
+    assert out["successes_after_reask"] == 1
+
+
+def _one_stop() -> RunLog:
+    log = RunLog("x", 1, 5)
+    log.calls += [_call(None)]
+    return log
+
+
 def test_score_log_step_limit() -> None:
     log = RunLog("x", 0, 1, limit_hit=True)
     log.calls += [_call([("a", "{}")])]

@@ -199,6 +199,7 @@ class RunResult:
     error: str | None = None
     model_calls: int = 0
     agent_calls: int = 0
+    reasks: int = 0
     prompt_tokens: int = 0
     usage_reported: bool = False
     model_ms: float = 0.0
@@ -244,8 +245,10 @@ def score_log(
     res = RunResult(log.contestant, log.plan, "scored", len(demo.calls), error=error)
     keys: list[tuple[str, str]] = []
     agent = log.agent_calls
-    for call in agent:
+    for i, call in enumerate(agent):
         message = ((call.response.get("choices") or [{}])[0] or {}).get("message") or {}
+        if not message.get("tool_calls") and i < len(agent) - 1:
+            res.reasks += 1  # answered without a call, and the agent asked again
         for tc in message.get("tool_calls") or []:
             fn = tc.get("function") or {}
             name = str(fn.get("name") or "")
@@ -395,6 +398,7 @@ FIGURES = (
     "outside_calls",
     "unbound_calls",
     "model_calls",
+    "reasks",
     "prompt_tokens",
     "model_ms",
     "wall_ms",
@@ -424,6 +428,7 @@ def plan_sums(runs: Sequence[RunResult], n_plans: int) -> dict[str, tuple[np.nda
             "outside_calls": (float(r.outside), 1.0),
             "unbound_calls": (float(r.unbound), 1.0),
             "model_calls": (float(r.model_calls), 1.0),
+            "reasks": (float(r.reasks), 1.0),
             "prompt_tokens": (float(r.prompt_tokens), 1.0),
             "model_ms": (r.model_ms, 1.0),
             "wall_ms": (r.wall_ms, 1.0),
@@ -489,6 +494,7 @@ def summarize(
                 for reason in FAILURE_REASONS
             },
             "usage_reported": all(r.usage_reported for r in rs if r.scored and r.model_calls),
+            "successes_after_reask": sum(r.success and r.reasks > 0 for r in rs if r.scored),
             **figures,
         }
     scored = [n for n in names if out["contestants"][n]["scored"]]

@@ -12,24 +12,28 @@ def format_agent_bench_markdown(report: Mapping[str, Any]) -> str:
     """Markdown tables of a results JSON: one row per contestant, then the paired comparisons.
 
     Success, precision and recall are in percent; every figure has its 95% bootstrap interval
-    over plans. The model is named in the heading.
+    over plans. The model is named in the heading. A re-ask is a model call after an answer
+    with no tool call (DTDR's widen-and-retry); "successes after one" counts the successful
+    runs that had one (shown only for files that count re-asks).
     """
     model = report.get("model", "?")
+    # re-asks: counted in files written since they were (a column only where they are)
+    reasks = any("reasks" in c for c in (report.get("contestants") or {}).values())
+    reask_head = " | re-asks/run (successes after one)" if reasks else ""
     lines = [
         f"Live agents on {report.get('dataset', '?')} ({report.get('n_plans', '?')} plans), "
         f"model {model}{' (replayed)' if report.get('replay') else ''}",
         "",
         "| contestant | plan success % | precision % | recall % | outside calls/run "
-        "| model calls/run | prompt tokens/run | model ms/run | failures |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"| model calls/run{reask_head} | prompt tokens/run | model ms/run | failures |",
+        "|---|---|---|---|---|---|---|---|---|" + ("---|" if reasks else ""),
     ]
     for name in report.get("contestant_order", []):
         c = report["contestants"][name]
         if not c["scored"] and c["does_not_fit"]:
             size = c.get("does_not_fit_prompt_tokens")
-            lines.append(
-                f"| {name} | does not fit ({size} prompt tokens) | - | - | - | - | - | - | - |"
-            )
+            dashes = " - |" * (7 + reasks)
+            lines.append(f"| {name} | does not fit ({size} prompt tokens) |{dashes}")
             continue
         failures = ", ".join(f"{k} {v}" for k, v in c["failures"].items() if v) or "-"
         if c["endpoint_errors"]:
@@ -37,7 +41,7 @@ def format_agent_bench_markdown(report: Mapping[str, Any]) -> str:
         lines.append(
             f"| {name} | {interval_text(c['success'])} | {interval_text(c['precision'])} "
             f"| {interval_text(c['recall'])} | {interval_text(c['outside_calls'], 1.0, 2)} "
-            f"| {interval_text(c['model_calls'], 1.0, 2)} "
+            f"| {interval_text(c['model_calls'], 1.0, 2)}{_reasks(c) if reasks else ''} "
             f"| {interval_text(c['prompt_tokens'], 1.0, 0)} "
             f"| {interval_text(c['model_ms'], 1.0, 0)} | {failures} |"
         )
@@ -62,6 +66,14 @@ def format_agent_bench_markdown(report: Mapping[str, Any]) -> str:
                 f"| {interval_text(comp['prompt_tokens_ratio'], 1.0, 2)} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _reasks(contestant: Mapping[str, Any]) -> str:
+    """The re-asks cell: per run with its interval, then the successes after one."""
+    return (
+        f" | {interval_text(contestant['reasks'], 1.0, 2)} "
+        f"({contestant.get('successes_after_reask', 0)})"
+    )
 
 
 __all__ = ["format_agent_bench_markdown"]
