@@ -949,8 +949,10 @@ class HybridFeatures(ToolRetriever):
             rank = np.empty(n_c)
             rank[np.argsort(-open_sim, kind="stable")] = np.arange(n_c)
             x[:n_c, _F["open_sub_goal_rank"]] = -np.log1p(rank)
-        scale = GIVEN_GRAPH_SCALE if self.graph is not None else 1.0
-        x[:n_c, _F["graph_rank"]] = -scale * np.log1p(self._graph_rank(history, cands))
+        graph_rank = self._graph_rank(history, cands)
+        if graph_rank is not None:
+            scale = GIVEN_GRAPH_SCALE if self.graph is not None else 1.0
+            x[:n_c, _F["graph_rank"]] = -scale * np.log1p(graph_rank)
         flow = self._artefact_flow()
         if flow:
             available, untaken = flow.state(qs.media, history)
@@ -1094,11 +1096,17 @@ class HybridFeatures(ToolRetriever):
         at = np.minimum(np.searchsorted(targets, rows), len(targets) - 1)
         return np.where(targets[at] == rows, values[at], 0.0)
 
-    def _graph_rank(self, history: tuple[str, ...], cands: np.ndarray) -> np.ndarray:
-        """`edge_ranks` of a step's candidates (label rows), through kept edge weights."""
+    def _graph_rank(self, history: tuple[str, ...], cands: np.ndarray) -> np.ndarray | None:
+        """`edge_ranks` of a step's candidates (label rows), through kept edge weights.
+
+        None when no candidate has an edge from the last call (every rank 0: no evidence).
+        """
         if not history or not self._tool_graph().has(history[-1]):
-            return np.zeros(len(cands))
-        return edge_ranks(self._successor_weights(history[-1], cands))
+            return None
+        weights = self._successor_weights(history[-1], cands)
+        if not (weights > 0).any():
+            return None
+        return edge_ranks(weights)
 
     @staticmethod
     def _open_sub_goals(step: _StepSims) -> np.ndarray | None:
