@@ -228,13 +228,52 @@ def test_speed_startup_prints_the_cold_start_of_rank(
     assert "interpreter + CLI (--version): p50" in out
     assert "rank, end to end: p50" in out
     assert "encoder alone" not in out  # a TF-IDF encoder is part of the model
-    assert "target: rank p50 under 5 s:" in out
+    assert "target: rank p50 at most 5 s:" in out  # no sentence encoder: torch's target
+    assert "import dtdr_agents: p50" in out and "target: import p50 at most 0.5 s:" in out
     figures = json.loads(report.read_text())
+    assert figures["kind"] == "startup" and figures["encoder_backend"] is None
+    assert figures["provenance"]["command"].startswith("dtdr-agents speed --startup")
+    assert len(figures["import_s"]) == 2 and figures["mcp"] is None
     assert figures["retriever"] == "dtdr-c" and figures["repeats"] == 2
     assert len(figures["rank_s"]) == 2 and len(figures["cli_s"]) == 2
     assert figures["encoder_s"] is None
     assert figures["cli_p50_s"] > 0 and figures["rank_p50_s"] > 0
     assert figures["rank_p50_s"] == pytest.approx(sum(figures["rank_s"]) / 2)  # the median
+
+
+def test_a_startup_block_is_generated_from_its_json_and_names_a_bad_one(
+    tmp_path: Path, demo_data: Any, demo_split: Any
+) -> None:
+    from dtdr_agents.evaluation.docsync import ResultsError, render
+
+    model = make_retriever("dtdr-c", encoder="tfidf").fit(demo_split[0][:100], demo_data.tools)
+    path = model.save(tmp_path / "dtdr-c")
+    argv = ["speed", "--startup", "--model", str(path), "--repeats", "1"]
+    assert main([*argv, "--json", str(tmp_path / "startup.json")]) == 0
+    body = render("startup startup.json", tmp_path, where="doc.md:1")
+    assert body.startswith("```\nstartup benchmark:") and "rank, end to end: p50" in body
+    assert "`startup.json`: `dtdr-agents speed --startup" in body
+    figures = json.loads((tmp_path / "startup.json").read_text())
+    del figures["rank_s"]
+    (tmp_path / "bad.json").write_text(json.dumps(figures))
+    with pytest.raises(ResultsError, match="rank_s"):
+        render("startup bad.json", tmp_path, where="doc.md:1")
+
+
+@pytest.mark.slow
+def test_speed_startup_times_the_mcp_proxy_to_its_first_set_task(
+    tmp_path: Path, demo_data: Any, demo_split: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = make_retriever("dtdr-c", encoder="tfidf").fit(demo_split[0][:100], demo_data.tools)
+    path = model.save(tmp_path / "dtdr-c")
+    report = tmp_path / "startup.json"
+    argv = ["speed", "--startup", "--mcp", "--model", str(path), "--repeats", "1"]
+    assert main([*argv, "--json", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "MCP proxy, start to first set_task answered: p50" in out
+    mcp = json.loads(report.read_text())["mcp"]
+    assert mcp["transport"] == "stdio" and len(mcp["set_task_s"]) == 1
+    assert 0 < mcp["initialize_p50_s"] <= mcp["set_task_p50_s"]
 
 
 def test_speed_startup_refuses_a_missing_model_and_a_failing_process(tmp_path: Path) -> None:

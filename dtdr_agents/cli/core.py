@@ -387,9 +387,25 @@ def _speed_provenance(args: argparse.Namespace) -> dict[str, Any]:
 
 def _speed_startup(args: argparse.Namespace) -> int:
     """`speed --startup`: the cold start of `dtdr-agents rank`, in fresh processes."""
-    from dtdr_agents.evaluation.perf import format_startup, run_startup
+    from dtdr_agents.evaluation.perf import ProxyTimer, format_startup, run_startup
 
-    figures = run_startup(args.model, repeats=args.repeats, encoder=args.encoder, seed=args.seed)
+    origin = _speed_provenance(args)
+    time_proxy: ProxyTimer | None = None
+    if args.mcp:
+        try:
+            from mcp_dtdr.startup import time_proxy
+        except ImportError as exc:
+            raise CLIError(
+                f"--mcp needs the MCP SDK ({exc}): pip install 'dtdr-agents[mcp]'"
+            ) from exc
+    figures = run_startup(
+        args.model,
+        repeats=args.repeats,
+        encoder=args.encoder,
+        seed=args.seed,
+        time_proxy=time_proxy,
+    )
+    figures["provenance"] = origin
     print(format_startup(figures))
     if args.json:
         from dtdr_agents.evaluation.report import write_json
@@ -601,6 +617,12 @@ def add_commands(sub: Any) -> None:
     )
     speed.add_argument(
         "--repeats", type=positive_int, default=5, help="processes per --startup figure (5)"
+    )
+    speed.add_argument(
+        "--mcp",
+        action="store_true",
+        help="with --startup: also time the MCP proxy over stdio on the model, from its start "
+        "to the answers to initialize and to the first set_task (needs the mcp extra)",
     )
     speed.add_argument(
         "--peers",

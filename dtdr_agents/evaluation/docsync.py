@@ -10,7 +10,8 @@ name what generates it::
 Kinds: ``table FILE`` (one bench or demo report: every retriever, the paired comparisons),
 ``curve FILE`` (its learning curve), ``headline FILE ...`` (`hybrid` against the best other
 retriever of each run), ``scale FILE`` (the large-catalogue benchmark), ``speed FILE``
-(`dtdr-agents speed`), ``refit FILE`` (`dtdr-agents store refit-bench`), ``peers FILE ...``
+(`dtdr-agents speed`), ``refit FILE`` (`dtdr-agents store refit-bench`), ``startup FILE``
+(`dtdr-agents speed --startup`: cold starts), ``peers FILE ...``
 (`dtdr-agents speed --peers`), ``e2e FILE``
 (an end-to-end run with a real model: its figures with their intervals, the paired
 comparisons and the targets) and ``agent-bench FILE`` (live agents with a real model: every
@@ -292,6 +293,28 @@ def render_refit(path: Path, name: str) -> str:
     )
 
 
+class _Startup(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    kind: Literal["startup"]
+    repeats: int
+    target_s: float
+    import_s: list[float]
+    cli_s: list[float]
+    rank_s: list[float]
+    rank_p50_s: float
+    provenance: _Provenance
+
+
+def render_startup(path: Path, name: str) -> str:
+    """`dtdr-agents speed --startup --json` as its printed lines, with its command."""
+    from dtdr_agents.evaluation.perf import format_startup
+
+    data = _validated(path, _Startup)
+    prov = data["provenance"]
+    source = _source(name, prov, prov.get("cpu_count", "?"), [])
+    return "\n".join(["```", format_startup(dict(data)), "```", "", source])
+
+
 class _Peers(BaseModel):
     model_config = ConfigDict(extra="allow")
     kind: Literal["speed-peers"]
@@ -477,6 +500,8 @@ def render(spec: str, results_dir: Path, *, where: str, min_seeds: int = MIN_SEE
         body = render_peers(files, paths)
     elif kind == "refit" and len(paths) == 1:
         body = render_refit(paths[0], files[0])
+    elif kind == "startup" and len(paths) == 1:
+        body = render_startup(paths[0], files[0])
     elif kind == "e2e" and len(paths) == 1:
         body = render_e2e(load_e2e(paths[0]), files[0])
     elif kind == "agent-bench" and len(paths) == 1:
@@ -484,8 +509,8 @@ def render(spec: str, results_dir: Path, *, where: str, min_seeds: int = MIN_SEE
     else:
         raise ResultsError(
             f"{where}: marker '{spec}': kind must be 'table FILE', 'curve FILE', "
-            "'headline FILE ...', 'scale FILE', 'speed FILE', 'refit FILE', 'peers FILE ...', "
-            "'e2e FILE' or 'agent-bench FILE'"
+            "'headline FILE ...', 'scale FILE', 'speed FILE', 'refit FILE', 'startup FILE', "
+            "'peers FILE ...', 'e2e FILE' or 'agent-bench FILE'"
         )
     return body + "\n"
 
