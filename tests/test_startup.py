@@ -215,11 +215,17 @@ def test_python_dash_m_runs_the_cli() -> None:
 # --------------------------------------------------------------- 4. the startup benchmark
 
 
-def test_speed_startup_prints_the_cold_start_of_rank(
-    tmp_path: Path, demo_data: Any, demo_split: Any, capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.fixture
+def tfidf_model(tmp_path: Path, demo_data: Any, demo_split: Any) -> Path:
+    """A saved DTDR-C on TF-IDF (no sentence encoder to load)."""
     model = make_retriever("dtdr-c", encoder="tfidf").fit(demo_split[0][:100], demo_data.tools)
-    path = model.save(tmp_path / "dtdr-c")
+    return model.save(tmp_path / "dtdr-c")
+
+
+def test_speed_startup_prints_the_cold_start_of_rank(
+    tmp_path: Path, tfidf_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tfidf_model
     report = tmp_path / "startup.json"
     argv = ["speed", "--startup", "--model", str(path), "--repeats", "2", "--json", str(report)]
     assert main(argv) == 0
@@ -242,13 +248,11 @@ def test_speed_startup_prints_the_cold_start_of_rank(
 
 
 def test_a_startup_block_is_generated_from_its_json_and_names_a_bad_one(
-    tmp_path: Path, demo_data: Any, demo_split: Any
+    tmp_path: Path, tfidf_model: Path
 ) -> None:
     from dtdr_agents.evaluation.docsync import ResultsError, render
 
-    model = make_retriever("dtdr-c", encoder="tfidf").fit(demo_split[0][:100], demo_data.tools)
-    path = model.save(tmp_path / "dtdr-c")
-    argv = ["speed", "--startup", "--model", str(path), "--repeats", "1"]
+    argv = ["speed", "--startup", "--model", str(tfidf_model), "--repeats", "1"]
     assert main([*argv, "--json", str(tmp_path / "startup.json")]) == 0
     body = render("startup startup.json", tmp_path, where="doc.md:1")
     assert body.startswith("```\nstartup benchmark:") and "rank, end to end: p50" in body
@@ -262,12 +266,10 @@ def test_a_startup_block_is_generated_from_its_json_and_names_a_bad_one(
 
 @pytest.mark.slow
 def test_speed_startup_times_the_mcp_proxy_to_its_first_set_task(
-    tmp_path: Path, demo_data: Any, demo_split: Any, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, tfidf_model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    model = make_retriever("dtdr-c", encoder="tfidf").fit(demo_split[0][:100], demo_data.tools)
-    path = model.save(tmp_path / "dtdr-c")
     report = tmp_path / "startup.json"
-    argv = ["speed", "--startup", "--mcp", "--model", str(path), "--repeats", "1"]
+    argv = ["speed", "--startup", "--mcp", "--model", str(tfidf_model), "--repeats", "1"]
     assert main([*argv, "--json", str(report)]) == 0
     out = capsys.readouterr().out
     assert "MCP proxy, start to first set_task answered: p50" in out
