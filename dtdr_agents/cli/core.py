@@ -387,9 +387,14 @@ def _speed_provenance(args: argparse.Namespace) -> dict[str, Any]:
 
 def _speed_startup(args: argparse.Namespace) -> int:
     """`speed --startup`: the cold start of `dtdr-agents rank`, in fresh processes."""
+    import os
+
     from dtdr_agents.evaluation.perf import ProxyTimer, format_startup, run_startup
+    from dtdr_agents.foundation.encoders.onnx import BACKEND_ENV
 
     origin = _speed_provenance(args)
+    if os.environ.get(BACKEND_ENV):  # the backend is part of the command that ran
+        origin["command"] = f"{BACKEND_ENV}={os.environ[BACKEND_ENV]} {origin['command']}"
     time_proxy: ProxyTimer | None = None
     if args.mcp:
         try:
