@@ -261,3 +261,21 @@ def test_type_checkers_see_the_names_the_package_gives(package: str) -> None:
     assert sorted(typed) == sorted(n for n in module.__all__ if n != "__version__")
     for name, value in typed.items():
         assert getattr(module, name) is value, name
+
+
+def test_the_mcp_proxy_imports_no_database_layer() -> None:
+    """The proxy keeps its sessions in memory unless given a store: no SQLAlchemy to start.
+
+    Importing `mcp_dtdr` (what ``python -m mcp_dtdr`` does first) loaded SQLAlchemy through
+    the session store: about a quarter of the proxy's import.
+    """
+    pytest.importorskip("mcp")
+    code = (
+        "import sys, mcp_dtdr, mcp_dtdr.stored, dtdr_agents.cli; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sqlalchemy'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=240, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"

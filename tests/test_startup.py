@@ -288,3 +288,39 @@ def test_speed_startup_refuses_a_missing_model_and_a_failing_process(tmp_path: P
         run_startup(tmp_path / "no-model", repeats=0)
     with pytest.raises(RuntimeError, match="exited 3: boom"):
         _wall_times([sys.executable, "-c", "import sys; sys.stderr.write('boom'); sys.exit(3)"], 1)
+
+
+def test_the_mcp_proxy_warms_its_encoder_in_a_thread_while_the_upstream_starts(
+    demo_data: Any, demo_split: Any
+) -> None:
+    pytest.importorskip("mcp")
+    from mcp_dtdr.proxy import _warm_encoder
+
+    model = make_retriever("dtdr-c", encoder="tfidf").fit(demo_split[0][:50], demo_data.tools)
+    seen: list[list[str]] = []
+    inner = model.encoder_
+
+    class Counting:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(inner, name)
+
+        def encode(self, texts: list[str]) -> Any:
+            seen.append(list(texts))
+            return inner.encode(texts)
+
+    model.encoder_ = Counting()
+    thread = _warm_encoder(model)
+    assert thread is not None and thread.name == "dtdr-encoder-warm-up"
+    thread.join(60)
+    assert seen == [["warm-up"]]
+    assert _warm_encoder(None) is None  # a zero-shot proxy fits its retriever later
+
+    class Failing(Counting):
+        def encode(self, texts: list[str]) -> Any:
+            raise RuntimeError("no model here")
+
+    model.encoder_ = Failing()
+    failing = _warm_encoder(model)  # the failure is the first request's to report
+    assert failing is not None
+    failing.join(60)
+    assert not failing.is_alive()

@@ -42,13 +42,15 @@ protocol (where change notifications travel only on such streams).
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
+import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
@@ -72,12 +74,7 @@ from dtdr_agents.runtime import (
 )
 from dtdr_agents.store.errors import StoreError
 from dtdr_agents.store.publishing import Reloader
-from dtdr_agents.store.sessions import (
-    DEFAULT_EXPIRE_INTERVAL,
-    DEFAULT_TTL,
-    SessionState,
-    SessionStore,
-)
+from dtdr_agents.store.session_limits import DEFAULT_EXPIRE_INTERVAL, DEFAULT_TTL
 from mcp_dtdr.names import (
     SEARCH_TOOLS,
     SET_TASK,
@@ -105,6 +102,12 @@ from mcp_dtdr.stored import (
     with_answer,
 )
 from mcp_dtdr.upstream import Upstream, UpstreamError, _mcp_error, _upstream_argv
+
+if TYPE_CHECKING:  # the database layer: loaded only when a session store is opened
+    from dtdr_agents.store.session_state import SessionState
+    from dtdr_agents.store.sessions import SessionStore
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "SEARCH_TOOLS",
@@ -488,6 +491,7 @@ async def serve_proxy(
     """
     argv = _upstream_argv(upstream_argv)
     async with AsyncExitStack() as stack:
+        _warm_encoder(retriever)  # while the upstream starts
         upstream = await Upstream.start(stack, argv, timeout=config.timeout, env=env)
         built = _build(upstream, retriever, config, model_name=model_name)
         options = built.server.create_initialization_options(
@@ -539,6 +543,7 @@ async def serve_proxy_http(
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     async with AsyncExitStack() as stack:
+        _warm_encoder(retriever)  # while the upstream starts
         upstream = await Upstream.start(stack, argv, timeout=config.timeout, env=env)
         if upstream.session is None:
             _say(f"the upstream is unusable; every request will say why: {upstream.error}")
@@ -575,6 +580,28 @@ async def serve_proxy_http(
 
 
 TRANSPORTS = ("stdio", "streamable-http")
+
+
+def _warm_encoder(retriever: ToolRetriever | Reloader[Any] | None) -> threading.Thread | None:
+    """Load `retriever`'s encoder in a background thread; the thread, or None (nothing to load).
+
+    The proxy calls it before it starts the upstream, so that the model loads while the
+    upstream server starts and the client initializes, not in the first ``set_task``. A load
+    that fails here fails again, and is reported, where a request needs the encoder.
+    """
+    encoder = getattr(retriever, "encoder_", None)
+    if encoder is None or not callable(getattr(encoder, "encode", None)):
+        return None
+
+    def warm() -> None:
+        try:
+            encoder.encode(["warm-up"])
+        except Exception as exc:  # reported by the request that needs the encoder
+            logger.debug("encoder warm-up failed: %s", exc)
+
+    thread = threading.Thread(target=warm, name="dtdr-encoder-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def _check_seconds(**options: Any) -> None:
@@ -665,7 +692,11 @@ def run_proxy(
     )
     if session_store is not None and transport != "streamable-http":
         raise ValueError("session_store is an option of the streamable-http transport")
-    sessions = SessionStore(session_store) if session_store is not None else None
+    sessions = None
+    if session_store is not None:
+        from dtdr_agents.store.sessions import SessionStore
+
+        sessions = SessionStore(session_store)
     try:
         sock = listen(host, port) if transport == "streamable-http" else None
     except ValueError:

@@ -23,23 +23,20 @@ import hashlib
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 
 from dtdr_agents.store.errors import StoreError
-from dtdr_agents.store.sessions import (
-    MAX_ANSWER_CHARS,
-    MAX_ANSWERS,
-    MAX_KEY,
-    Answer,
-    SessionState,
-    SessionStore,
-)
+from dtdr_agents.store.session_limits import MAX_ANSWER_CHARS, MAX_ANSWERS
+from dtdr_agents.store.session_state import MAX_KEY, Answer, SessionState
 from mcp_dtdr.session import ProxySession, _Catalogue
 from mcp_dtdr.upstream import _mcp_error
+
+if TYPE_CHECKING:  # the database layer: loaded only when a session store is opened
+    from dtdr_agents.store.sessions import SessionStore
 
 SESSION_HEADER = "X-Dtdr-Session"
 """The request header that names the client's session when its state lives in a store."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -12,9 +13,18 @@ import numpy as np
 from dtdr_agents.foundation.encoders.hub import _resolve_model, declared_dim, encoder_problem
 from dtdr_agents.foundation.errors import EncoderUnavailableError
 
+_LOAD_LOCK = threading.Lock()
+"""Held while a model loads: a second thread asking for it waits rather than loading it too
+(the MCP proxy warms its encoder in a thread while a request may already need it)."""
+
+
+def _load_sentence_transformer(target: str, device: str, local: bool) -> Any:
+    with _LOAD_LOCK:
+        return _load_once(target, device, local)
+
 
 @lru_cache(maxsize=8)
-def _load_sentence_transformer(target: str, device: str, local: bool) -> Any:
+def _load_once(target: str, device: str, local: bool) -> Any:
     if local:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
