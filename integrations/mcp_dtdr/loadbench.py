@@ -6,7 +6,7 @@
 It generates a catalogue of 1,000 tools (50 domains x 20 actions) and demonstrations of
 typical plans, fits a retriever on them and saves it, starts the proxy
 (``python -m mcp_dtdr --transport streamable-http --port 0``) in front of an upstream that
-echoes every call (this module with ``--upstream TOOLS``), and drives it from client processes
+echoes every call (`loadbench_world.echo_upstream`), and drives it from client processes
 with the SDK's streamable HTTP client: `sessions` concurrent MCP sessions (split over
 ``--client-procs`` processes), each calls ``set_task`` with its own request, then `steps`
 times ``tools/list`` and ``tools/call`` of the first tool offered (``set_task`` again when
@@ -44,7 +44,7 @@ from typing import Any
 from mcp_dtdr.loadbench_world import (
     catalogue,
     demonstrations,
-    serve_upstream,
+    echo_upstream,
     session_request,
 )
 
@@ -302,8 +302,7 @@ def _figures(values: Sequence[float]) -> dict[str, Any]:
 def _start_proxy(model_dir: Path, tools_file: Path, k: int, log_file: Path) -> Any:
     argv = [sys.executable, "-m", "mcp_dtdr", "--transport", "streamable-http"]
     argv += ["--host", "127.0.0.1", "--port", "0", "--model", str(model_dir), "-k", str(k)]
-    argv += ["--timeout", "60", "--", sys.executable, "-m", "mcp_dtdr.loadbench"]
-    argv += ["--upstream", str(tools_file)]
+    argv += ["--timeout", "60", "--", *echo_upstream(tools_file)]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
     found: dict[str, str] = {}
@@ -521,7 +520,7 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: the bench, or the echo upstream (``--upstream TOOLS``)."""
+    """Command line of the bench."""
     parser = argparse.ArgumentParser(prog="python -m mcp_dtdr.loadbench", description=__doc__)
     parser.add_argument("--json", help="write the report here")
     parser.add_argument("--sessions", type=int, default=64)
@@ -537,11 +536,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "thinking); one run each (default 0,1: back to back, then 1 s)",
     )
     parser.add_argument("--client-procs", type=int, default=2, help="client processes")
-    parser.add_argument("--upstream", help=argparse.SUPPRESS)  # serve the echo upstream
     args = parser.parse_args(argv)
-    if args.upstream:
-        serve_upstream(args.upstream)
-        return 0
     try:
         thinks = [float(x) for x in args.think.split(",") if x.strip()]
     except ValueError:

@@ -1,13 +1,13 @@
 """The load bench's world: 1,000 generated tools, typical plans, and an echoing upstream.
 
 `mcp_dtdr.loadbench` fits a retriever on `demonstrations()`, serves `catalogue()` through
-`serve_upstream` (an MCP server over stdio that echoes every call) and gives each client
+`echo_upstream` (an MCP server over stdio that echoes every call) and gives each client
 session its own `session_request`.
 """
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -167,30 +167,38 @@ def session_request(i: int) -> str:
 
 
 # ---------------------------------------------------------------------------------- upstream
-def serve_upstream(tools_file: str) -> None:
-    """An MCP server over stdio that lists the tools of `tools_file` and echoes every call."""
-    import anyio
-    import mcp_types as types
-    from mcp.server.lowlevel.server import Server
-    from mcp.server.stdio import stdio_server
+ECHO_UPSTREAM = """
+import json, sys
+import anyio
+import mcp_types as types
+from mcp.server.lowlevel.server import Server
+from mcp.server.stdio import stdio_server
 
-    specs = json.loads(Path(tools_file).read_text(encoding="utf-8"))
-    tools = [
-        types.Tool(name=s["name"], description=s["description"], input_schema=s["parameters"])
-        for s in specs
-    ]
+specs = json.load(open(sys.argv[1], encoding="utf-8"))
+tools = [
+    types.Tool(name=s["name"], description=s["description"], input_schema=s["parameters"])
+    for s in specs
+]
 
-    async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=tools)
+async def on_list_tools(ctx, params):
+    return types.ListToolsResult(tools=tools)
 
-    async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        text = json.dumps({"tool": params.name, "args": params.arguments or {}}, sort_keys=True)
-        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+async def on_call_tool(ctx, params):
+    text = json.dumps({"tool": params.name, "args": params.arguments or {}}, sort_keys=True)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
-    server = Server("loadbench-upstream", on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+async def run():
+    server = Server("echo-upstream", on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
 
-    async def run() -> None:
-        async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+anyio.run(run)
+"""
+"""An MCP server over stdio that lists the tools of its argument's JSON file and echoes every
+call: the SDK's low-level server and nothing else, so that it starts as fast as an MCP server
+can (a module of this package would import the whole proxy first)."""
 
-    anyio.run(run)
+
+def echo_upstream(tools_file: str | Path) -> list[str]:
+    """The command that starts `ECHO_UPSTREAM` on `tools_file` (a proxy's upstream command)."""
+    return [sys.executable, "-c", ECHO_UPSTREAM, str(tools_file)]

@@ -1,11 +1,12 @@
 """The MCP proxy's cold start, as a client sees it (``dtdr-agents speed --startup --mcp``).
 
 Each run starts ``python -m mcp_dtdr --model M`` over stdio in front of the smallest real MCP
-upstream (`ECHO_UPSTREAM`: the SDK's low-level server, listing the model's own catalogue and
-echoing every call, importing nothing else), and times, from the moment the client starts the
-process, the answer to ``initialize`` and the answer to the first ``set_task``: what an agent
-waits for before its first ranked tool list. The proxy starts the upstream itself, so its
-start (an interpreter and the MCP SDK) is part of both figures, as it is for a user.
+upstream (`loadbench_world.echo_upstream`: the SDK's low-level server, listing the model's
+own catalogue and echoing every call, importing nothing else), and times, from the moment
+the client starts the process, the answer to ``initialize`` and the answer to the first
+``set_task``: what an agent waits for before its first ranked tool list. The proxy starts the
+upstream itself, so its start (an interpreter and the MCP SDK) is part of both figures, as it
+is for a user.
 """
 
 from __future__ import annotations
@@ -23,55 +24,28 @@ import numpy as np
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from dtdr_agents.foundation.persistence import read_model
+from mcp_dtdr.loadbench_world import echo_upstream
+
 TIMEOUT_S = 120.0
 """Longest a run may take before it counts as a failure."""
 
-ECHO_UPSTREAM = """
-import json, sys
-import anyio
-import mcp_types as types
-from mcp.server.lowlevel.server import Server
-from mcp.server.stdio import stdio_server
-
-specs = json.load(open(sys.argv[1], encoding="utf-8"))
-tools = [
-    types.Tool(name=s["name"], description=s["description"], input_schema=s["parameters"])
-    for s in specs
-]
-
-async def on_list_tools(ctx, params):
-    return types.ListToolsResult(tools=tools)
-
-async def on_call_tool(ctx, params):
-    text = json.dumps({"tool": params.name, "args": params.arguments or {}}, sort_keys=True)
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
-
-async def run():
-    server = Server("echo", on_list_tools=on_list_tools, on_call_tool=on_call_tool)
-    async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
-
-anyio.run(run)
-"""
-"""The upstream of the timed proxy: ``python -c ECHO_UPSTREAM TOOLS_JSON``."""
-
 
 def _catalogue(model_dir: Path) -> list[dict[str, Any]]:
-    """The saved model's tools (its manifest's ``tools``): the upstream serves these."""
-    manifest = json.loads((model_dir / "manifest.json").read_text(encoding="utf-8"))
+    """The saved model's tools (as `read_model` reads them): the upstream serves these."""
     return [
         {
             "name": t["name"],
             "description": t.get("description", ""),
             "parameters": t.get("parameters") or {"type": "object", "properties": {}},
         }
-        for t in manifest["tools"]
+        for t in read_model(model_dir).manifest["tools"]
     ]
 
 
 async def _one(model_dir: Path, tools_file: Path, query: str) -> tuple[float, float]:
     """(seconds to ``initialize`` answered, to the first ``set_task`` answered) of one start."""
-    upstream = [sys.executable, "-c", ECHO_UPSTREAM, str(tools_file)]
+    upstream = echo_upstream(tools_file)
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "mcp_dtdr", "--model", str(model_dir), "--", *upstream],
