@@ -902,13 +902,9 @@ class HybridFeatures(ToolRetriever):
         if not sims.size:
             return
         n_c = len(sims)
+        x[:n_c, _F["clause_rel"]] = sims.max(axis=1)
         covered = step.calls.max(axis=0) if len(step.calls) else np.zeros(sims.shape[1])
-        if sims.shape[1] == 1:  # one clause: the best of one column is that column
-            x[:n_c, _F["clause_rel"]] = sims[:, 0]
-            x[:n_c, _F["clause_open"]] = sims[:, 0] * (1.0 - np.clip(covered[0], 0.0, 1.0))
-        else:
-            x[:n_c, _F["clause_rel"]] = sims.max(axis=1)
-            x[:n_c, _F["clause_open"]] = (sims * (1.0 - np.clip(covered, 0.0, 1.0))).max(axis=1)
+        x[:n_c, _F["clause_open"]] = (sims * (1.0 - np.clip(covered, 0.0, 1.0))).max(axis=1)
         if len(history) < sims.shape[1]:
             x[:n_c, _F["clause_next"]] = sims[:, len(history)]
 
@@ -1124,10 +1120,6 @@ class HybridFeatures(ToolRetriever):
             open_[int(np.argmax(np.where(open_, call, -np.inf)))] = False
         if not open_.any() or not step.n:
             return None
-        if len(open_) == 1:  # one sub-goal, open: its softmax is the answer
-            sim = step.goals[:, 0]
-            weight = np.exp((sim - sim.max()) / SUB_GOAL_TEMPERATURE)
-            return np.asarray(weight / weight.sum())
         sims = step.goals[:, open_]  # (candidates, open sub-goals)
         weights = np.exp((sims - sims.max(axis=0)) / SUB_GOAL_TEMPERATURE)
         return np.asarray((weights / weights.sum(axis=0)).max(axis=1))
