@@ -9,7 +9,7 @@ stop rule's probability, how many candidates were scored) should be said once, f
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -97,11 +97,13 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def _term_words(feature: str, value: float | None, unranked: int | None) -> str:
+def _term_words(
+    feature: str, value: float | None, unranked: int | None, unmatched: Collection[str] = ()
+) -> str:
     """One feature as words: its rank where the feature is a rank, else what it measures."""
     if value is not None and feature in RANK_WORDS:
         rank = round(math.expm1(-value))
-        if unranked is not None and rank >= unranked:
+        if feature in unmatched or (unranked is not None and rank >= unranked):
             return UNRANKED_WORDS[feature]
         return f"ranked {_ordinal(rank + 1)} {RANK_WORDS[feature]}"
     return FEATURE_WORDS.get(feature, feature)
@@ -111,6 +113,7 @@ def contribution_words(
     terms: Iterable[tuple[str, float] | tuple[str, float, float]],
     firsts: Iterable[str] = (),
     unranked: int | None = None,
+    unmatched: Collection[str] = (),
 ) -> str:
     """A tool's evidence as words, strongest first, the raw term after each.
 
@@ -119,6 +122,8 @@ def contribution_words(
             zero contributions are left out. With the value, a rank feature reads as the rank.
         firsts: Rank features by which the tool is first (said among what raised it).
         unranked: The rank a rank feature gives tools outside its candidate list (None: none).
+        unmatched: Rank features whose ranker did not match the tool at all (said as "no
+            match" whatever the rank).
 
     Returns:
         E.g. ``"raised by ranked 1st by meaning, its rank in the tool graph after the last
@@ -130,7 +135,7 @@ def contribution_words(
     for feature, contribution, *value in sorted(terms, key=lambda t: -abs(t[1])):
         if contribution == 0.0:
             continue
-        words = _term_words(feature, value[0] if value else None, unranked)
+        words = _term_words(feature, value[0] if value else None, unranked, unmatched)
         (raised if contribution > 0 else lowered).append(f"{words} ({feature}={contribution:+.2f})")
     parts = [f"raised by {', '.join(raised)}"] if raised else []
     parts += [f"lowered by {', '.join(lowered)}"] if lowered else []
@@ -153,7 +158,8 @@ def tool_words(
         weights: The combiner's weights (a contribution is value x weight).
         n_terms: How many contributions to show at most.
         unranked: The rank given to tools outside a rank feature's list (the hybrid's
-            `candidates`): said as "no match" rather than as a rank.
+            `candidates`): said as "no match" rather than as a rank. A tool whose
+            `bm25_norm` is 0 (no word of the request) is said so by `bm25_rank` too.
     """
     contrib = np.asarray(values, dtype=np.float64) * weights
     top = [int(j) for j in np.argsort(-np.abs(contrib), kind="stable")[:n_terms]]
@@ -165,7 +171,8 @@ def tool_words(
         if not is_end and f in index and values[index[f]] == 0.0 and weights[index[f]] > 0.0
     ]
     terms = ((features[j], float(contrib[j]), float(values[j])) for j in top)
-    return contribution_words(terms, firsts, unranked)
+    no_words = "bm25_norm" in index and not is_end and values[index["bm25_norm"]] == 0.0
+    return contribution_words(terms, firsts, unranked, ("bm25_rank",) if no_words else ())
 
 
 def ranking_words(explanation: Mapping[str, Any]) -> str:

@@ -22,9 +22,10 @@ rank, with the files the request names feeding the tools that take them (`Artefa
 and the zero-shot stop rule for end-of-plan (held back while a sub-goal's best tool takes the
 last call's output). That prior is the zero-shot model itself, not a weaker one. With fewer
 demonstrations than the combiner has weights (`MIN_LEARNED_DEMOS`) the prior is kept and the
-demonstrations count through its neighbour votes (the closest plans' next calls and ends);
-beyond, the combiner is pulled towards it (a penalty on how much the weights change the
-scores), so the hybrid moves from zero-shot to learned as demonstrations arrive. A fitted mix
+demonstrations count through its neighbour votes (the closest plans' next calls, and those
+that go on against a stop); beyond, the combiner is pulled towards it (a penalty on how much
+the weights change the scores), so the hybrid moves from zero-shot to learned as
+demonstrations arrive. A fitted mix
 puts end-of-plan first at no more held-out tool steps than the prior (`end_first_shift`).
 
 Large catalogues: the step's candidates are the top tools by BM25 and by dense similarity

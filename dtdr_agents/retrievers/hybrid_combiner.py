@@ -62,7 +62,7 @@ FEATURES: tuple[str, ...] = (
 
 _F = {name: i for i, name in enumerate(FEATURES)}
 
-FEATURE_REVISION = 5
+FEATURE_REVISION = 6
 """Bumped when a feature keeps its name but changes its meaning; a saved hybrid records it.
 
 Weights fitted on the old meaning would load and rank differently, so such a model is refused
@@ -72,7 +72,9 @@ count behind `end_zero_shot` leaves out clauses that name a parameter of the cal
 clauses that only thank. 4: `open_sub_goal_rank` ranks by each open sub-goal's softmax over
 the candidates (`SUB_GOAL_TEMPERATURE`), not by the raw cosine. 5: the sub-goal count behind
 `end_zero_shot` counts a request's marked steps ("First, ... Then, ... Finally, ...") as one
-sub-goal each, and a clause such as "I have a file that I need to translate" asks."""
+sub-goal each, and a clause such as "I have a file that I need to translate" asks. 6: a tool
+the request's words do not match has `bm25_rank` just after the tools they match (not the
+last rank), and `end_knn_follow` keeps only the neighbours that go on (its part below 0)."""
 
 PRIOR_WEIGHTS: dict[str, float] = {
     "bm25_rank": 1.0,
@@ -109,12 +111,15 @@ TaskBench-HF).
 
 The demonstrations count from the first one (`knn_follow`, `end_knn_follow`, 0 with none): a
 close demonstration whose first calls are the calls made so far votes for its next call, or
-for end-of-plan where its plan ends there, as far as its request stands out from the
+against end-of-plan where its plan goes on, as far as its request stands out from the
 request's typical demonstration (`_KnnVotes`). With two matching demonstrations among five,
 the recipe request of issue 40 ranked end-of-plan first after two of its four calls without
 them (the zero-shot stop rule counts two clauses); with them, every step's demonstrated call
 first (`tests/test_few_demos.py`). Weight 6: at 3 and 4, two of that test's six requests
-lost a step to a tool their words match better (one still does at 6: its first step)."""
+lost a step to a tool their words match better. The trip request there lost its first step
+at 6 too while a tool the request's words did not match ranked last by BM25 (one shared
+word, "trip", was worth 4.6 to the one tool that had it); tied after the matched tools, it
+leads every step."""
 
 RIDGE = 0.1
 """A plain L2 on the weights added to the combiner's pull on the scores (relative to it).
