@@ -81,6 +81,7 @@ from dtdr_agents.retrievers.hybrid_features import (
     L_TOP,
     CandidateSource,
     HybridFeatures,
+    typical_pair_similarity,
 )
 from dtdr_agents.retrievers.hybrid_ood import MIN_DEMO_REFERENCE, OODCalibration
 from dtdr_agents.retrievers.hybrid_ood import calibrate as calibrate_ood
@@ -348,6 +349,7 @@ class HybridRetriever(HybridFeatures):
             if demos
             else np.zeros((0, self.encoder_.dim), dtype=np.float32)
         )
+        self.knn_typical_ = typical_pair_similarity(self.knn_queries_)
         self.knn_plans_ = [
             np.array([self._label_index[c] for c in d.calls], dtype=np.int64) for d in demos
         ]
@@ -588,6 +590,7 @@ class HybridRetriever(HybridFeatures):
             self.weights_ = np.asarray(arrays["weights"], dtype=np.float64)
             self.tool_counts_ = np.asarray(arrays["tool_counts"], dtype=np.float64)
             self.knn_queries_ = np.asarray(arrays["knn_queries"], dtype=np.float32)
+            self.knn_typical_ = typical_pair_similarity(self.knn_queries_)
             flat = np.asarray(arrays["knn_plan_labels"], dtype=np.int64)
             lengths = np.asarray(arrays["knn_plan_lengths"], dtype=np.int64)
             index_cfg = state["index"]

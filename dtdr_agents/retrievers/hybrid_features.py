@@ -52,6 +52,31 @@ KNN = 10
 KNN_TEMPERATURE = 0.05
 """Softmax temperature of the neighbours' weights over their cosine similarities."""
 
+PAIR_SAMPLE = 4096
+"""Pairs of demonstration requests behind `typical_pair_similarity` (all pairs when fewer)."""
+
+
+def typical_pair_similarity(queries: np.ndarray) -> float:
+    """The median cosine of two different demonstration requests (0 with fewer than two).
+
+    How close two requests of this catalogue are as a rule: a neighbour closer to a new
+    request than that stands out (`_KnnVotes`). Over every pair up to `PAIR_SAMPLE` pairs,
+    else over that many pairs drawn with a fixed seed (the same at fit and at load).
+    """
+    n = len(queries)
+    if n < 2:
+        return 0.0
+    if n * (n - 1) // 2 <= PAIR_SAMPLE:
+        left, right = np.triu_indices(n, 1)
+    else:
+        rng = np.random.default_rng(0)
+        left = rng.integers(0, n, PAIR_SAMPLE)
+        right = rng.integers(0, n - 1, PAIR_SAMPLE)
+        right = right + (right >= left)  # another request than `left`
+    sims = np.einsum("ij,ij->i", queries[left], queries[right], dtype=np.float64)
+    return float(np.median(sims))
+
+
 PLAN_SEARCH_K = 5
 """Tools a planner sees for each of its functional queries (its feedback)."""
 
@@ -127,7 +152,8 @@ class _QueryState:
     # (the DTDR-L models, their logits of the query's block): the same at every step
     linear_query: tuple[tuple[object, object], list[np.ndarray]] | None = None
     # how far each neighbour's request stands out from the request's typical demonstration
-    # (its cosine over their median, scaled to 1): the weight of its plan in `_KnnVotes.follow`
+    # (its cosine over their median, or over `typical_pair_similarity` where that is higher,
+    # scaled to 1): the weight of its plan in `_KnnVotes.follow`
     lead_weights: tuple[float, ...] = ()
     # the neighbours' plans as label lists, in `neighbours` order (read at every step)
     neighbour_plans: tuple[list[int], ...] = ()
@@ -257,6 +283,7 @@ class HybridFeatures(ToolRetriever):
     linear_: DTDRL | None = field(init=False)
     linear_fine_: DTDRL | None = field(init=False)
     knn_queries_: np.ndarray = field(init=False)
+    knn_typical_: float = field(init=False, default=0.0)  # `typical_pair_similarity` of them
     knn_plans_: list[np.ndarray] = field(init=False)
     tool_counts_: np.ndarray = field(init=False)
     _chain_map: np.ndarray = field(init=False)
@@ -404,7 +431,8 @@ class HybridFeatures(ToolRetriever):
             top = np.argpartition(-sims, k - 1)[:k]
             w = softmax(sims[top] / KNN_TEMPERATURE)
             neighbours = tuple((int(j), float(v)) for j, v in zip(top, w, strict=True))
-            typical = float(np.median(sims))  # how close a demonstration is, as a rule
+            # how close a demonstration is, as a rule: to this request, and to another one
+            typical = max(float(np.median(sims)), self.knn_typical_)
             lead = np.clip((sims[top] - typical) / max(1.0 - typical, 1e-9), 0.0, 1.0)
             lead_weights = tuple(float(v) for v in lead)
             neighbour_plans = tuple(self.knn_plans_[j].tolist() for j, _ in neighbours)
