@@ -171,3 +171,19 @@ def test_neighbours_that_ended_do_not_bring_a_stop_forward(encoder, query):
     zero_shot = make_retriever("hybrid", encoder=encoder).fit(NO_DEMOS, KITCHEN)
     alone = zero_shot.rank(query, history=list(SHORT_RECIPE)).probability(END_OF_PLAN)
     assert with_them <= alone + 1e-9
+
+
+def test_a_few_demonstration_model_loads_and_ranks_the_same(encoder, tmp_path):
+    """The neighbours' gate under the prior (`_gate_neighbours`) is rebuilt at load."""
+    from dtdr_agents.retrievers.hybrid import HybridRetriever
+
+    fitted = make_retriever("hybrid", encoder=encoder).fit(TRAVEL_DEMOS, TRAVEL)
+    assert fitted.knn_typical_ > 0.0  # five demonstrations: the prior, gated
+    fitted.save(tmp_path / "few")
+    back = HybridRetriever.load(tmp_path / "few", encoder=encoder)
+    assert back.knn_typical_ == fitted.knn_typical_
+    query = "Plan a trip to Madrid for the conference in June"
+    for i in range(len(TRIP) + 1):
+        a = fitted.rank(query, history=list(TRIP[:i])).probabilities
+        b = back.rank(query, history=list(TRIP[:i])).probabilities
+        assert abs(a - b).max() <= 1e-9

@@ -330,6 +330,19 @@ class HybridRetriever(HybridFeatures):
             del held_out
         self.weights_ = np.asarray(weights, dtype=np.float64)
         self._fit_learned(demos)
+        self._gate_neighbours()
+
+    def _gate_neighbours(self) -> None:
+        """Under the prior, only neighbours closer than two demonstrations are as a rule vote.
+
+        The prior's neighbour weights (`knn_follow`, `end_knn_follow`) are fixed, not
+        fitted: a neighbour counts there only where it is closer to the request than
+        `typical_pair_similarity`, so that a few unrelated demonstrations do not outvote the
+        one relevant, never demonstrated tool. A fitted mix (`cv_["l2"]` set) learned from
+        held-out steps how far to trust the neighbours as they are, and keeps them.
+        """
+        uses_prior = self.cv_.get("l2") is None
+        self.knn_typical_ = typical_pair_similarity(self.knn_queries_) if uses_prior else 0.0
 
     def _fit_learned(self, demos: list[Demonstration], seed: int | None = None) -> None:
         """Fit DTDR-C and DTDR-L on `demos` over the tools they call; count each tool's calls.
@@ -349,7 +362,7 @@ class HybridRetriever(HybridFeatures):
             if demos
             else np.zeros((0, self.encoder_.dim), dtype=np.float32)
         )
-        self.knn_typical_ = typical_pair_similarity(self.knn_queries_)
+        self.knn_typical_ = 0.0  # the fitted mix's neighbours (`_gate_neighbours`)
         self.knn_plans_ = [
             np.array([self._label_index[c] for c in d.calls], dtype=np.int64) for d in demos
         ]
@@ -590,7 +603,6 @@ class HybridRetriever(HybridFeatures):
             self.weights_ = np.asarray(arrays["weights"], dtype=np.float64)
             self.tool_counts_ = np.asarray(arrays["tool_counts"], dtype=np.float64)
             self.knn_queries_ = np.asarray(arrays["knn_queries"], dtype=np.float32)
-            self.knn_typical_ = typical_pair_similarity(self.knn_queries_)
             flat = np.asarray(arrays["knn_plan_labels"], dtype=np.int64)
             lengths = np.asarray(arrays["knn_plan_lengths"], dtype=np.int64)
             index_cfg = state["index"]
@@ -617,6 +629,7 @@ class HybridRetriever(HybridFeatures):
         ):
             raise ModelLoadError("corrupt hybrid state: the demonstrations' plans are inconsistent")
         self.knn_plans_ = list(np.split(flat, np.cumsum(lengths)[:-1])) if len(lengths) else []
+        self._gate_neighbours()
         self._set_ood_state(state)
         assert self.tool_embeddings_ is not None
         self.bm25_ = BM25Retriever()
