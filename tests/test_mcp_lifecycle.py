@@ -17,6 +17,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -202,6 +203,88 @@ async def test_a_proxy_that_stops_in_process_ends_its_upstream(tmp_path: Path) -
                 assert all(alive(p) for p in pids)
                 tg.cancel_scope.cancel()
     assert await anyio.to_thread.run_sync(survivors, pids) == []
+
+
+async def test_a_model_loaded_beside_the_upstream_serves_and_a_failed_load_ends_it(
+    tmp_path: Path,
+) -> None:
+    """`serve_proxy(load=...)` restores the model while the upstream starts (as `run_proxy`).
+
+    A load that succeeds serves as a given retriever does; one that fails is raised once the
+    upstream has started, and the upstream (and its grandchild) ends with it.
+    """
+    from dtdr_agents.foundation.errors import ModelLoadError
+
+    upstream, pid_file = _upstream(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k in KEEP_ENV}
+    config = ProxyConfig(k=2, timeout=BOUND)
+    threads: list[str] = []
+
+    def load() -> Any:
+        threads.append(threading.current_thread().name)
+        return make_retriever("bm25").fit([], TOOLS)
+
+    with anyio.fail_after(BOUND):
+        async with (
+            create_client_server_memory_streams() as (streams, server),
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(partial(serve_proxy, None, upstream, *server, config, env=env, load=load))
+            async with ClientSession(*streams, read_timeout_seconds=BOUND) as session:
+                await session.initialize()
+                await session.call_tool("set_task", {"request": "weather in Paris"})
+                names = {t.name for t in (await session.list_tools()).tools}
+                assert "get_weather" in names  # ranked by the loaded model
+                tg.cancel_scope.cancel()
+    assert threads == ["dtdr-model-load"]
+
+    def broken() -> Any:
+        raise ModelLoadError("model/manifest.json: feature_revision 5 is not 6")
+
+    pid_file.unlink(missing_ok=True)
+    with anyio.fail_after(BOUND):
+        async with create_client_server_memory_streams() as (_, server):
+            with pytest.raises(ModelLoadError, match="feature_revision"):
+                await serve_proxy(None, upstream, *server, config, env=env, load=broken)
+    pids = await anyio.to_thread.run_sync(started, pid_file)
+    assert await anyio.to_thread.run_sync(survivors, pids) == []
+
+
+LATE_FAILURE = """
+import sys
+import mcp_dtdr.proxy as proxy
+from dtdr_agents.cli import main
+from dtdr_agents.foundation.errors import ModelLoadError
+
+def load_retriever(*args, **kwargs):  # a folder that reads but does not restore
+    raise ModelLoadError("hybrid state: feature_revision 5 is not this version's 6")
+
+proxy.load_retriever = load_retriever
+sys.exit(main(["mcp-proxy", "--model", sys.argv[1], "--", *sys.argv[2:]]))
+"""
+
+
+def test_a_model_that_fails_once_the_upstream_started_is_said_in_a_line(tmp_path: Path) -> None:
+    """The command line names the load's error (exit 2), not a task group's traceback."""
+    upstream, pid_file = _upstream(tmp_path)
+    model = tmp_path / "model"
+    make_retriever("bm25").fit([], TOOLS).save(model)
+    script = tmp_path / "late.py"
+    script.write_text(LATE_FAILURE, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k in KEEP_ENV}
+    done = subprocess.run(
+        [sys.executable, str(script), str(model), *upstream],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=BOUND,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "error: hybrid state: feature_revision 5" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert survivors(started(pid_file)) == []
 
 
 async def test_a_command_that_is_not_found_is_reported_before_anything_starts() -> None:

@@ -56,7 +56,7 @@ FEATURE_WORDS: Mapping[str, str] = {
     "end_n_calls": "the number of calls made",
     "end_first_step": "no call made yet",
     "end_knn": "the closest demonstrations ending here",
-    "end_knn_follow": "the closest demonstrations ending after the last call",
+    "end_knn_follow": "the closest demonstrations going on after these calls",
     "end_zero_shot": "the calls made against the sub-goals the request states",
 }
 """The hybrid's features (`hybrid_combiner.FEATURES`) as evidence a user can read."""

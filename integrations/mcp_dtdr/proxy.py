@@ -65,6 +65,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from dtdr_agents.foundation.errors import DTDRError
+from dtdr_agents.foundation.persistence import read_model
 from dtdr_agents.foundation.selection import SelectionPolicy
 from dtdr_agents.foundation.types import Toolset
 from dtdr_agents.retrievers import load_retriever, make_retriever
@@ -482,17 +483,19 @@ async def serve_proxy(
     env: Mapping[str, str] | None = None,
     reload_interval: float | None = None,
     model_name: str | None = None,
+    load: Callable[[], ToolRetriever] | None = None,
 ) -> None:
     """Start the upstream and serve one client on the given streams until it disconnects.
 
     `retriever` None fits a zero-shot default retriever on the upstream's tools; a
     `Reloader` (`published_models`) is polled every `reload_interval` seconds. `model_name`
-    (e.g. the model's folder) names the model in errors.
+    (e.g. the model's folder) names the model in errors. `load` (in place of `retriever`)
+    loads it in a background thread while the upstream starts (`run_proxy`'s way); its
+    error is raised once the upstream has started, and the upstream is ended.
     """
     argv = _upstream_argv(upstream_argv)
     async with AsyncExitStack() as stack:
-        _warm_encoder(retriever)  # while the upstream starts
-        upstream = await Upstream.start(stack, argv, timeout=config.timeout, env=env)
+        upstream, retriever = await _start(stack, argv, config, env, retriever, load)
         built = _build(upstream, retriever, config, model_name=model_name)
         options = built.server.create_initialization_options(
             NotificationOptions(tools_changed=True)
@@ -519,6 +522,7 @@ async def serve_proxy_http(
     model_name: str | None = None,
     session_ttl: float = DEFAULT_TTL,
     expire_interval: float = DEFAULT_EXPIRE_INTERVAL,
+    load: Callable[[], ToolRetriever] | None = None,
 ) -> None:
     """Start the upstream and serve many clients over streamable HTTP on `sock` until stopped.
 
@@ -533,7 +537,7 @@ async def serve_proxy_http(
     in the `SESSION_HEADER` header, whose state lives in the store (see `_build`): replicas
     on one store answer a session alike, behind any load balancer. The sessions not written
     for `session_ttl` seconds are deleted from the store at start and every
-    `expire_interval` seconds (`SessionStore.expire`).
+    `expire_interval` seconds (`SessionStore.expire`). `load` is as `serve_proxy`'s.
     """
     import uvicorn  # a dependency of mcp
 
@@ -543,8 +547,7 @@ async def serve_proxy_http(
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     async with AsyncExitStack() as stack:
-        _warm_encoder(retriever)  # while the upstream starts
-        upstream = await Upstream.start(stack, argv, timeout=config.timeout, env=env)
+        upstream, retriever = await _start(stack, argv, config, env, retriever, load)
         if upstream.session is None:
             _say(f"the upstream is unusable; every request will say why: {upstream.error}")
         built = _build(
@@ -582,6 +585,34 @@ async def serve_proxy_http(
 TRANSPORTS = ("stdio", "streamable-http")
 
 
+async def _start(
+    stack: AsyncExitStack,
+    argv: Sequence[str],
+    config: ProxyConfig,
+    env: Mapping[str, str] | None,
+    retriever: ToolRetriever | Reloader[Any] | None,
+    load: Callable[[], ToolRetriever] | None,
+) -> tuple[Upstream, ToolRetriever | Reloader[Any] | None]:
+    """Start the upstream, the retriever's encoder (or `load` and then it) loading beside it.
+
+    A load that fails ends the upstream first, then raises its own error (not wrapped in
+    the upstream connection's task group).
+    """
+    loading = _Loading(load) if load is not None else None
+    if loading is None:
+        _warm_encoder(retriever)  # while the upstream starts
+    connection = AsyncExitStack()
+    upstream = await Upstream.start(connection, argv, timeout=config.timeout, env=env)
+    if loading is not None:
+        try:
+            retriever = await loading.loaded()
+        except BaseException:
+            await connection.aclose()
+            raise
+    stack.push_async_exit(connection)
+    return upstream, retriever
+
+
 def _warm_encoder(retriever: ToolRetriever | Reloader[Any] | None) -> threading.Thread | None:
     """Load `retriever`'s encoder in a background thread; the thread, or None (nothing to load).
 
@@ -589,19 +620,81 @@ def _warm_encoder(retriever: ToolRetriever | Reloader[Any] | None) -> threading.
     upstream server starts and the client initializes, not in the first ``set_task``. A load
     that fails here fails again, and is reported, where a request needs the encoder.
     """
-    encoder = getattr(retriever, "encoder_", None)
-    if encoder is None or not callable(getattr(encoder, "encode", None)):
+    if _encoder_of(retriever) is None:
         return None
-
-    def warm() -> None:
-        try:
-            encoder.encode(["warm-up"])
-        except Exception as exc:  # reported by the request that needs the encoder
-            logger.debug("encoder warm-up failed: %s", exc)
-
-    thread = threading.Thread(target=warm, name="dtdr-encoder-warm-up", daemon=True)
+    thread = threading.Thread(
+        target=_warm, args=(retriever,), name="dtdr-encoder-warm-up", daemon=True
+    )
     thread.start()
     return thread
+
+
+def _encoder_of(retriever: object) -> Any:
+    encoder = getattr(retriever, "encoder_", None)
+    return encoder if callable(getattr(encoder, "encode", None)) else None
+
+
+def _warm(retriever: object) -> None:
+    """Load `retriever`'s encoder now (its first `encode`); a failure is only logged."""
+    encoder = _encoder_of(retriever)
+    if encoder is None:
+        return
+    try:
+        encoder.encode(["warm-up"])
+    except Exception as exc:  # reported by the request that needs the encoder
+        logger.debug("encoder warm-up failed: %s", exc)
+
+
+class _Loading:
+    """A retriever loading in a background thread, then its encoder, while the upstream starts.
+
+    The model's restore (BM25's index, its imports) and the encoder's load take about as long
+    as an upstream server's start; done beside it, the first ``set_task`` waits for the
+    longer of the two rather than for both.
+    """
+
+    def __init__(self, load: Callable[[], ToolRetriever]) -> None:
+        self._load = load
+        self._done = threading.Event()
+        self._value: ToolRetriever | None = None
+        self._error: BaseException | None = None
+        thread = threading.Thread(target=self._run, name="dtdr-model-load", daemon=True)
+        thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._load()
+        except BaseException as exc:  # raised by `loaded`, in the proxy's task
+            self._error = exc
+            return
+        finally:
+            self._done.set()
+        _warm(self._value)  # the encoder, after the model: `loaded` does not wait for it
+
+    async def loaded(self) -> ToolRetriever:
+        """The loaded retriever (its encoder may still be loading), or the load's error."""
+        await anyio.to_thread.run_sync(self._done.wait)
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
+
+
+def _sole_error(group: BaseExceptionGroup[Any]) -> BaseException | None:
+    """The one exception inside `group` (nested groups unwrapped), or None when there are more.
+
+    So that, for example, a model that fails to load once the upstream has started is said
+    as itself (`ModelLoadError`, which the command line reports in a line), not as a group.
+    """
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    return leaves[0] if len(leaves) == 1 else None
 
 
 def _check_seconds(**options: Any) -> None:
@@ -705,10 +798,15 @@ def run_proxy(
         raise
     try:
         retriever: ToolRetriever | Reloader[Any] | None = None
+        load: Callable[[], ToolRetriever] | None = None
         name = None if model_dir is None else str(model_dir)
         if model_dir is not None:
             root = publish_root(model_dir)
-            retriever = load_retriever(model_dir) if root is None else published_models(root)
+            if root is None:
+                read_model(model_dir)  # a folder that cannot load is said before anything starts
+                load = partial(load_retriever, model_dir)  # restored while the upstream starts
+            else:
+                retriever = published_models(root)
 
         async def main() -> None:
             if sessions is not None:
@@ -727,6 +825,7 @@ def run_proxy(
                         env=env,
                         reload_interval=interval,
                         model_name=name,
+                        load=load,
                     )
             else:
                 await serve_proxy_http(
@@ -741,9 +840,16 @@ def run_proxy(
                     model_name=name,
                     session_ttl=session_ttl,
                     expire_interval=expire_interval,
+                    load=load,
                 )
 
-        anyio.run(main, backend_options=_loop_options(sock is not None))
+        try:
+            anyio.run(main, backend_options=_loop_options(sock is not None))
+        except BaseExceptionGroup as group:  # the SDK's stdio server runs a task group
+            alone = _sole_error(group)
+            if alone is None:
+                raise
+            raise alone from None
     finally:
         if sock is not None:
             sock.close()
