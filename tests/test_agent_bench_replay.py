@@ -17,8 +17,23 @@ PLANS = 3
 NOT_REPLAYED = {"wall_ms"}
 """Measured anew by every run, replays included."""
 
-CHANGED_BODY = {"unbound"}
-"""What a request answered by its place in the run (its body changed) may change."""
+CHANGED_BODY = {"unbound", "prompt_tokens", "model_ms"}
+"""What a request answered by its place in the run (its body changed) may change: the tools
+bound (so the prompt's size) and the recorded answer's time at that place. Since issue 40's
+`FEATURE_REVISION` 6, `dtdr` binds other tools at Seal-Tools' plan 6 (prompt tokens 721 where
+the run had 684); the calls, and every figure scored from them, must still be the run's."""
+
+
+RE_ASKED = {
+    ("agent_bench_sealtools_qwen0.5b.json", "dtdr", 10),
+    ("agent_bench_sealtools_qwen0.5b.json", "dtdr", 23),
+}
+"""Runs where HEAD's `hybrid` (issue 40's `FEATURE_REVISION` 6) binds other tools than the run
+did at 042a21e, so the agent re-asks once more or once less (plan 10: 2 model calls where the
+run had 1; plan 23: 2 where it had 3): only their call counts may differ; what they called,
+and every figure scored from it, must be the run's."""
+
+CALL_COUNTS = {"agent_calls", "model_calls"}
 
 
 def _committed() -> list[Path]:
@@ -70,7 +85,10 @@ def test_the_committed_runs_replay_offline(
     assert len(replayed["runs"]) == len(want) > 0
     for got, run in zip(replayed["runs"], want, strict=True):
         # every figure the file records (a file written before a figure was added lacks it)
-        assert {k: got[k] for k in run if k not in ignore} == {
-            k: v for k, v in run.items() if k not in ignore
+        skip = ignore | (
+            CALL_COUNTS if (name, run["contestant"], run["plan"]) in RE_ASKED else set()
+        )
+        assert {k: got[k] for k in run if k not in skip} == {
+            k: v for k, v in run.items() if k not in skip
         }, (got["contestant"], got["plan"])
         assert set(got) >= set(run)
