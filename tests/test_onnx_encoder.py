@@ -383,5 +383,5 @@ def test_rank_the_mcp_proxy_and_a_langgraph_agent_run_in_a_venv_without_torch(
     )
     assert bound == json.loads(here.stdout.splitlines()[-1])
     # one selection per call and one for the answer, and one more per widened re-ask (since
-    # `FEATURE_REVISION` 6 this request takes two: both encoders bind alike, as asserted above)
+    # `FEATURE_REVISION` 6 this request takes one: both encoders bind alike, as asserted above)
     assert len(bound) >= len(demo.calls) + 1

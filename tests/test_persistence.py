@@ -135,3 +135,16 @@ def test_saved_folder_holds_no_pickle(saved):
     for file in path.iterdir():
         assert file.suffix in (".json", ".safetensors")
         assert b"\x80\x04\x95" not in file.read_bytes()[:64]  # pickle protocol 4 header
+
+
+def test_a_folder_read_once_loads_as_the_folder_does(saved, encoder):
+    """`load_retriever` takes a `read_model` result: a caller that checked it reads it once."""
+    from dtdr_agents.foundation.persistence import read_model
+
+    _, path = saved
+    from_folder = load_retriever(path, encoder=encoder)
+    from_read = load_retriever(read_model(path), encoder=encoder)
+    for q in ("Email Anna the report", "Text Bob I am late"):
+        np.testing.assert_allclose(
+            from_read.rank(q).probabilities, from_folder.rank(q).probabilities, atol=1e-12
+        )

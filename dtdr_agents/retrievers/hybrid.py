@@ -25,8 +25,8 @@ demonstrations than the combiner has weights (`MIN_LEARNED_DEMOS`) the prior is 
 demonstrations count through its neighbour votes (the closest plans' next calls, and those
 that go on against a stop); beyond, the combiner is pulled towards it (a penalty on how much
 the weights change the scores), so the hybrid moves from zero-shot to learned as
-demonstrations arrive. A fitted mix
-puts end-of-plan first at no more held-out tool steps than the prior (`end_first_shift`).
+demonstrations arrive. A fitted mix puts end-of-plan first at no more held-out tool steps
+than the prior (`end_first_shift`).
 
 Large catalogues: the step's candidates are the top tools by BM25 and by dense similarity
 (`dtdr_agents.retrievers.index.CandidateIndex`: exact up to a threshold, HNSW beyond), the chains'

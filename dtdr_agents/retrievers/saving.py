@@ -101,7 +101,7 @@ def save_retriever(retriever: ToolRetriever, path: str | Path) -> Path:
 
 
 def load_retriever(
-    path: str | Path,
+    path: str | Path | SavedModel,
     *,
     tools: Toolset | Iterable[Any] | None = None,
     encoder: EncoderSpec = None,
@@ -112,7 +112,8 @@ def load_retriever(
     """Load a retriever written by `save`, nested retrievers included.
 
     Args:
-        path: The model folder.
+        path: The model folder, or one already read and verified (`read_model`), so that
+            a caller that checked the folder first does not read it again.
         tools: The catalogue you will rank over. If its hash differs from the fitted one,
             loading fails unless `allow_catalogue_change` (then new tools use the prior and
             removed tools are never returned).
@@ -129,7 +130,7 @@ def load_retriever(
         ModelLoadError: Naming the file and field on a missing, corrupt or mismatched folder.
     """
     return _restore(
-        read_model(path),
+        path if isinstance(path, SavedModel) else read_model(path),
         tools=tools,
         encoder=encoder,
         allow_catalogue_change=allow_catalogue_change,

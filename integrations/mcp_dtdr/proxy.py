@@ -803,8 +803,9 @@ def run_proxy(
         if model_dir is not None:
             root = publish_root(model_dir)
             if root is None:
-                read_model(model_dir)  # a folder that cannot load is said before anything starts
-                load = partial(load_retriever, model_dir)  # restored while the upstream starts
+                # read and verified now (a folder that cannot load is said before anything
+                # starts), restored while the upstream starts
+                load = partial(load_retriever, read_model(model_dir))
             else:
                 retriever = published_models(root)
 
